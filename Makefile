@@ -1,0 +1,32 @@
+# Every target creates or refreshes .venv itself, so a fresh clone needs only `make demo` / `make test`.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test test-all bench train clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch first, exact pin: the CPU wheel on local disk, never the CUDA build from the index.
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev,eval]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m serving.demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-all: $(STAMP)
+	$(PY) -m pytest -q -m ''
+
+bench: $(STAMP)
+	$(PY) -m controller.bench
+
+clean:
+	rm -rf $(VENV) .cache

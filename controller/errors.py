@@ -1,0 +1,80 @@
+"""Errors of the controller package.
+
+    ControllerError                      root of every controller failure
+    ├── InvalidRequestError              the request is malformed (also a typesafe_sdk.TypeSafeError,
+    │   │                                so `except TypeSafeError` written for the SDK still works)
+    │   ├── UnknownModelError            model name is neither an alias nor a served model (HTTP 400)
+    │   ├── UnsupportedQuestionError     a question type or asset this text model cannot answer (HTTP 422)
+    │   └── InputTooLongError            rendered input exceeds the model's token budget (HTTP 413)
+    ├── BackendError                     a backend failed to answer
+    │   ├── BackendUnavailableError      remote server down, model not loadable (HTTP 503)
+    │   └── UnknownBackendError          no backend registered under that name
+    └── ArtifactError                    a model directory is missing, corrupt or mismatched
+        ├── CalibrationMismatchError     calibration.json was fitted on another model hash
+        └── ParityError                  an exported graph disagrees with torch above tolerance
+
+Client-side validation messages are the SDK's own (the SDK's validator is called directly).
+"""
+
+from __future__ import annotations
+
+from typesafe_sdk import TypeSafeError
+
+
+class ControllerError(Exception):
+    """Root of all controller errors."""
+
+
+class InvalidRequestError(ControllerError, TypeSafeError):
+    """A request that can never succeed as written. `loc` points into the request body."""
+
+    def __init__(self, message: str, *, loc: tuple[str | int, ...] = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.loc = loc
+
+
+class UnknownModelError(InvalidRequestError):
+    """The requested model is not served here."""
+
+
+class UnsupportedQuestionError(InvalidRequestError):
+    """A question type, option count or asset that this model does not accept."""
+
+
+class InputTooLongError(InvalidRequestError):
+    """The rendered request does not fit the model's maximum sequence length (never truncated)."""
+
+    def __init__(self, message: str, *, tokens: int, limit: int, loc: tuple[str | int, ...] = ()) -> None:
+        super().__init__(message, loc=loc)
+        self.tokens = tokens
+        self.limit = limit
+
+
+class BackendError(ControllerError):
+    """A backend could not produce answers."""
+
+
+class BackendUnavailableError(BackendError):
+    """The backend is temporarily or permanently unable to answer (model missing, server down)."""
+
+
+class UnknownBackendError(BackendError):
+    """No backend is registered under the given name."""
+
+
+class ArtifactError(ControllerError):
+    """A model directory is missing files, corrupt, or inconsistent."""
+
+
+class CalibrationMismatchError(ArtifactError):
+    """A calibration file belongs to a different model than the one loaded."""
+
+
+class ParityError(ArtifactError):
+    """An exported graph's outputs differ from the torch reference by more than the tolerance."""
+
+    def __init__(self, message: str, *, max_abs_diff: float, atol: float) -> None:
+        super().__init__(message)
+        self.max_abs_diff = max_abs_diff
+        self.atol = atol
