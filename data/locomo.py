@@ -1,0 +1,136 @@
+"""LoCoMo loader: turns in order with session dates, questions with cleaned gold evidence.
+
+The file is read from a path the user gives (CC BY-NC 4.0: never bundled). Evidence ids are normalised
+(`D8:6; D9:17` split, `D:11:26` -> `D11:26`, unknown ids dropped); the audit file, when given, replaces the
+cited evidence of the questions it corrects. Audit entries are matched by conversation and question text
+(their `qa` numbers are 0-based, whatever the audit's README says). Categories: 1 multi-hop, 2 temporal, 3 open-domain,
+4 single-hop, 5 adversarial. The category is a label for evaluation and training only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+CATEGORY_NAMES: dict[int, str] = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+_DATE_FORMAT = "%I:%M %p on %d %B, %Y"
+_DIA = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)")
+
+
+@dataclass(frozen=True)
+class Turn:
+    dia_id: str
+    session: int
+    index: int  # position in the whole conversation
+    speaker: str
+    text: str
+    caption: str | None
+    date: datetime | None  # the session's date
+
+    def memory_text(self) -> str:
+        """The text ingested as one observation: `Speaker: text` plus `[shares caption]`."""
+        base = f"{self.speaker}: {self.text}"
+        return f"{base} [shares {self.caption}]" if self.caption else base
+
+
+@dataclass(frozen=True)
+class Question:
+    qid: str  # locomo_<sample index in locomo10.json>_qa<0-based index> (the audit's numbering)
+    question: str
+    answer: str
+    category: int
+    evidence: tuple[str, ...]  # cleaned, existing dia_ids
+
+
+@dataclass(frozen=True)
+class Conversation:
+    sample_id: str
+    speakers: tuple[str, str]
+    turns: tuple[Turn, ...]
+    questions: tuple[Question, ...]
+    observations: dict[str, list[tuple[str, str]]]  # session key -> [(fact, dia_id)] (training labels only)
+
+    def turn_by_id(self) -> dict[str, Turn]:
+        return {t.dia_id: t for t in self.turns}
+
+
+def parse_date(text: str) -> datetime | None:
+    try:
+        return datetime.strptime(text.strip(), _DATE_FORMAT)
+    except (ValueError, AttributeError):
+        return None
+
+
+def normalise_evidence(raw: object, known: set[str]) -> tuple[str, ...]:
+    items = raw if isinstance(raw, list) else [raw]
+    out: list[str] = []
+    for item in items:
+        for m in _DIA.finditer(str(item)):
+            dia = f"D{int(m.group(1))}:{int(m.group(2))}"
+            if dia in known and dia not in out:
+                out.append(dia)
+    return tuple(out)
+
+
+# Sample ids of locomo10.json in file order; the audit names questions by this index.
+LOCOMO10_ORDER: tuple[str, ...] = tuple(
+    f"conv-{n}" for n in (26, 30, 41, 42, 43, 44, 47, 48, 49, 50)
+)
+
+
+def load_locomo(path: str | Path, *, audit: str | Path | None = None, conversations: tuple[str, ...] | None = None) -> list[Conversation]:
+    """Read a LoCoMo JSON file (optionally a subset of sample ids), applying audit corrections."""
+    samples = json.loads(Path(path).read_text(encoding="utf-8"))
+    corrections: dict[tuple[str, str], list[str]] = {}
+    if audit is not None:
+        for entry in json.loads(Path(audit).read_text(encoding="utf-8")):
+            fixed = entry.get("correct_evidence")
+            conv_index = int(entry["question_id"].split("_")[1])
+            if fixed and conv_index < len(LOCOMO10_ORDER):
+                corrections[(LOCOMO10_ORDER[conv_index], entry["question"])] = fixed
+    out = []
+    for sample in samples:
+        sid = sample["sample_id"]
+        if conversations is not None and sid not in conversations:
+            continue
+        out.append(_conversation(sample, corrections))
+    return out
+
+
+def _conversation(sample: dict, corrections: dict[tuple[str, str], list[str]]) -> Conversation:
+    conv = sample["conversation"]
+    sid = sample["sample_id"]
+    sessions = sorted(int(k.split("_")[1]) for k in conv if re.fullmatch(r"session_\d+", k))
+    turns: list[Turn] = []
+    for s in sessions:
+        date = parse_date(conv.get(f"session_{s}_date_time", ""))
+        for t in conv[f"session_{s}"]:
+            turns.append(
+                Turn(
+                    dia_id=t["dia_id"],
+                    session=s,
+                    index=len(turns),
+                    speaker=t["speaker"],
+                    text=t["text"],
+                    caption=t.get("blip_caption") or None,
+                    date=date,
+                )
+            )
+    known = {t.dia_id for t in turns}
+    conv_index = LOCOMO10_ORDER.index(sid) if sid in LOCOMO10_ORDER else None
+    questions = []
+    for i, qa in enumerate(sample["qa"]):
+        qid = f"locomo_{conv_index}_qa{i}" if conv_index is not None else f"{sid}_qa{i}"
+        evidence = corrections.get((sid, qa["question"]), qa.get("evidence", []))
+        answer = qa.get("answer", qa.get("adversarial_answer", ""))
+        questions.append(
+            Question(qid, qa["question"], str(answer), int(qa["category"]), normalise_evidence(evidence, known))
+        )
+    observations = {
+        k: [(fact, str(dia)) for facts in v.values() for fact, dia in facts]
+        for k, v in (sample.get("observation") or {}).items()
+    }
+    return Conversation(sid, (conv["speaker_a"], conv["speaker_b"]), tuple(turns), tuple(questions), observations)
