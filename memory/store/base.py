@@ -2,6 +2,21 @@
 a PostgreSQL + pgvector backend implements the same protocol and must pass `tests/memory/store_contract.py`.
 
 Atomicity: `transaction()` groups one write (node + edges + status); a crash inside it leaves nothing.
+Nested `transaction()` calls join the outermost one; every method that writes is atomic on its own.
+
+Semantics every implementation keeps (checked by the contract suite):
+- `add_node` rejects a duplicate id or seq (`DuplicateNodeError`) and embeddings not of shape (dim,) or not
+  finite (`EmbeddingError`); `seq` is immutable; `update_node` never touches edges (fingerprint invalidation
+  is the engine's job); `update_node` / `set_link_status` on a missing node raise `NodeNotFoundError`.
+- `get_nodes` keeps the requested order and skips missing ids; `iter_nodes` / `nodes_with_status` go by seq.
+- `add_edge` needs both endpoints (`NodeNotFoundError`) and replaces an existing (src, dst, relation);
+  `edges_from` is ordered by (dst, relation), `edges_to` by (src, relation); `remove_edges` matches both
+  directions.
+- `vector_search`: cosine, best first, ties by seq. `text_search`: BM25 (k1=1.2, b=0.75) over
+  `controller.lexical.tokenize` tokens, query text is data (no query syntax); score scales may differ between
+  implementations (idf variants), the order of clear cases does not.
+- `nodes_with_entity` matches case-insensitively (strip + casefold), highest seq first.
+- `nodes_near_time(seq, window)`: other nodes with 0 < |s - seq| <= window, nearest first, earlier on ties.
 """
 
 from __future__ import annotations
@@ -21,6 +36,7 @@ class Store(Protocol):
     def transaction(self) -> AbstractContextManager[None]: ...
 
     # nodes
+    def next_seq(self) -> int: ...  # one above the highest stored seq (what the engine gives its next node)
     def add_node(self, node: Node, embedding: np.ndarray) -> None: ...
     def get_node(self, node_id: str) -> Node | None: ...
     def get_nodes(self, node_ids: Sequence[str]) -> list[Node]: ...

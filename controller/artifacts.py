@@ -1,0 +1,288 @@
+"""Model directories: save, hash and load a trained controller (base + LoRA adapter + heads).
+
+    <model_dir>/
+      config.json         format, name/version, base model id + sha256, template config, head layout, encoder
+      adapter/            peft LoRA adapter (adapter_config.json, adapter_model.safetensors)   - or -
+      encoder.safetensors full encoder weights (small test models, full fine-tuning)
+      heads.safetensors   heads.weight (3, H), heads.bias (3,)
+      calibration.json    temperatures + the artifact hash they were fitted on
+      metrics.json, MODEL_CARD.md
+
+`artifact_hash` covers config.json, the adapter / encoder and the heads (not calibration, metrics or the card,
+which refer to it). Loading merges the adapter into the base weights; the base weights file must have the
+sha256 recorded in config.json. Without a trained model, `load_untrained` gives the base encoder with fixed-seed
+heads, clearly named as untrained.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from controller.backend import ModelInfo
+from controller.calibration import Calibration, identity, load_calibration, save_calibration
+from controller.errors import ArtifactError
+from controller.template import TEMPLATE_VERSION, template_config
+
+if TYPE_CHECKING:
+    from controller.torch_model import PackedCrossEncoder
+
+log = logging.getLogger(__name__)
+
+FORMAT = "jevmem-controller/1"
+BASE_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+BASE_WEIGHTS = "model.safetensors"
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "models" / "jevmem-minilm"
+LORA_TARGETS = ("query", "key", "value", "dense")
+_HASHED = ("config.json", "heads.safetensors", "encoder.safetensors", "adapter")
+
+
+@dataclass(frozen=True)
+class ArtifactMeta:
+    name: str = "jevmem-minilm"
+    version: str = "1.0.0"
+    description: str = "Local System One controller: MiniLM-L6 packed cross-encoder with LoRA, calibrated."
+    release_date: str = "2025-01-01"  # YYYY-MM-DD
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A ready-to-run model: merged torch weights, calibration, identity."""
+
+    model: PackedCrossEncoder
+    model_hash: str
+    calibration: Calibration
+    info: ModelInfo
+    tokenizer_dir: Path
+    config: dict[str, Any]
+    trained: bool
+
+
+def add_lora(model: PackedCrossEncoder, *, r: int = 8, alpha: int = 16, dropout: float = 0.05) -> PackedCrossEncoder:
+    """Wrap the encoder with a peft LoRA adapter on query / key / value / dense (heads stay plain modules)."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(LORA_TARGETS), bias="none")
+    with _quiet_peft():
+        model.bert = get_peft_model(model.bert, config)
+    return model
+
+
+def save_artifact(
+    model: PackedCrossEncoder,
+    out_dir: str | Path,
+    meta: ArtifactMeta = ArtifactMeta(),
+    *,
+    base_path: str | Path | None = None,
+    calibration: Calibration | None = None,
+    metrics: dict[str, Any] | None = None,
+    model_card: str | None = None,
+) -> str:
+    """Write a model directory; returns its `artifact_hash`. A peft-wrapped encoder is saved as an adapter."""
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    has_adapter = hasattr(model.bert, "peft_config")
+    base = Path(base_path) if base_path is not None else _default_base()
+    config: dict[str, Any] = {
+        "format": FORMAT,
+        "name": meta.name,
+        "version": meta.version,
+        "description": meta.description,
+        "release_date": meta.release_date,
+        "template": template_config(),
+        "head_layout": _head_layout(),
+        "bert_config": _bert_config(model),
+    }
+    if has_adapter:
+        with _quiet_peft():
+            model.bert.save_pretrained(str(out / "adapter"))
+        config["encoder"] = {"kind": "lora", "path": "adapter"}
+        config["base_model"] = {"id": BASE_MODEL_ID, "file": BASE_WEIGHTS, "sha256": file_sha256(base / BASE_WEIGHTS)}
+    else:
+        weights = {k: v.detach().contiguous().cpu() for k, v in model.bert.state_dict().items()}
+        save_file(weights, str(out / "encoder.safetensors"))
+        config["encoder"] = {"kind": "full", "path": "encoder.safetensors"}
+    heads = {k: v.detach().contiguous().cpu() for k, v in model.heads.state_dict().items()}
+    save_file({f"heads.{k}": v for k, v in heads.items()}, str(out / "heads.safetensors"))
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    digest = artifact_hash(out)
+    cal = calibration or identity(digest)
+    save_calibration(Calibration(cal.temperatures, digest, cal.fitted_on), out / "calibration.json")
+    (out / "metrics.json").write_text(json.dumps(metrics or {}, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    (out / "MODEL_CARD.md").write_text(model_card or _default_card(config, digest), encoding="utf-8")
+    return digest
+
+
+def artifact_hash(model_dir: str | Path) -> str:
+    """sha256 over the weight and config files (relative path + bytes, sorted)."""
+    root = Path(model_dir)
+    files: list[Path] = []
+    for name in _HASHED:
+        p = root / name
+        files.extend(sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p] if p.exists() else [])
+    if not (root / "config.json").exists():
+        raise ArtifactError(f"{root} is not a model directory (no config.json)")
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.relative_to(root).as_posix().encode() + b"\0")
+        h.update(hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()
+
+
+_SHA_CACHE: dict[tuple[str, int, int], str] = {}
+_SHA_LOCK = threading.Lock()
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file, cached per (path, size, mtime) for this process."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError as error:
+        raise ArtifactError(f"cannot read {p}: {error}") from error
+    key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
+    with _SHA_LOCK:
+        if key not in _SHA_CACHE:
+            h = hashlib.sha256()
+            with p.open("rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            _SHA_CACHE[key] = h.hexdigest()
+        return _SHA_CACHE[key]
+
+
+def load_artifact(model_dir: str | Path, *, base_path: str | Path | None = None) -> LoadedModel:
+    """Load a model directory: base encoder (+ merged adapter) + heads + calibration for this hash."""
+    root = Path(model_dir)
+    try:
+        config = json.loads((root / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ArtifactError(f"cannot read {root / 'config.json'}: {error}") from error
+    if config.get("format") != FORMAT:
+        raise ArtifactError(f"{root} has format {config.get('format')!r}, expected {FORMAT!r}")
+    if config.get("template", {}).get("template_version") != TEMPLATE_VERSION:
+        raise ArtifactError(f"{root} was trained with template {config.get('template')!r}; this code renders {TEMPLATE_VERSION!r}")
+    if config.get("head_layout") != _head_layout():
+        raise ArtifactError(f"{root} has head layout {config.get('head_layout')!r}, expected {_head_layout()!r}")
+    digest = artifact_hash(root)
+    base = Path(base_path) if base_path is not None else _default_base()
+    encoder = config.get("encoder", {})
+    try:
+        if encoder.get("kind") == "lora":
+            expected = config.get("base_model", {}).get("sha256")
+            actual = file_sha256(base / BASE_WEIGHTS)
+            if expected != actual:
+                raise ArtifactError(f"base weights {base / BASE_WEIGHTS} have sha256 {actual[:12]}..., the adapter was trained on {str(expected)[:12]}...")
+            model = _with_adapter(_base_model(base), root / encoder["path"])
+        elif encoder.get("kind") == "full":
+            model = _full_model(config["bert_config"], root / encoder["path"])
+        else:
+            raise ArtifactError(f"{root}: unknown encoder kind {encoder.get('kind')!r}")
+        _load_heads(model, root / "heads.safetensors")
+    except (OSError, KeyError, RuntimeError, ValueError) as error:
+        raise ArtifactError(f"cannot load the model in {root}: {error}") from error
+    cal_path = root / "calibration.json"
+    calibration = load_calibration(cal_path, digest) if cal_path.exists() else identity(digest)
+    name = f"{config['name']}-{config['version']}"
+    info = ModelInfo(name=name, description=str(config.get("description", "")), release_date=str(config.get("release_date", "")))
+    return LoadedModel(model.eval(), digest, calibration, info, base, config, trained=True)
+
+
+def load_untrained(base_path: str | Path | None = None, *, seed: int = 0) -> LoadedModel:
+    """The base encoder with freshly initialised heads (fixed seed). Its answers carry no trained signal."""
+    from controller.torch_model import HEAD_LAYOUT
+
+    base = Path(base_path) if base_path is not None else _default_base()
+    model = _base_model(base, seed=seed)
+    ident = {"untrained": True, "base_sha256": file_sha256(base / BASE_WEIGHTS), "seed": seed, "template": TEMPLATE_VERSION, "heads": HEAD_LAYOUT}
+    digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+    info = ModelInfo(
+        name="jevmem-minilm-untrained",
+        description="UNTRAINED: MiniLM-L6 base encoder with randomly initialised heads; answers are not meaningful. "
+        "Train a controller (training/) and load its model directory.",
+        release_date="1970-01-01",
+    )
+    return LoadedModel(model, digest, identity(digest), info, base, {"name": info.name, "template": template_config()}, trained=False)
+
+
+@contextmanager
+def _quiet_peft() -> Iterator[None]:
+    # peft 0.21 still calls transformers' deprecated `is_gradient_checkpointing`; nothing we can act on.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        yield
+
+
+def _default_base() -> Path:
+    from controller.embedding import base_model_path
+
+    return base_model_path()
+
+
+def _head_layout() -> str:
+    from controller.torch_model import HEAD_LAYOUT
+
+    return HEAD_LAYOUT
+
+
+def _bert_config(model: PackedCrossEncoder) -> dict[str, Any]:
+    keys = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+            "max_position_embeddings", "type_vocab_size", "layer_norm_eps", "pad_token_id", "initializer_range")
+    return {k: getattr(model.config, k) for k in keys}
+
+
+def _base_model(base: Path, *, seed: int = 0) -> PackedCrossEncoder:
+    """BertModel from `base` (config.json + model.safetensors, pooler dropped) with fixed-seed heads."""
+    from transformers import BertConfig
+
+    config = BertConfig.from_json_file(str(base / "config.json"))
+    return _full_model(config.to_dict(), base / BASE_WEIGHTS, seed=seed)
+
+
+def _full_model(bert_config: dict[str, Any], weights: Path, *, seed: int = 0) -> PackedCrossEncoder:
+    from safetensors.torch import load_file
+    from transformers import BertConfig
+
+    from controller.torch_model import PackedCrossEncoder
+
+    model = PackedCrossEncoder.from_config(BertConfig(**bert_config), seed=seed)
+    state = {k.removeprefix("bert."): v for k, v in load_file(str(weights)).items() if not k.removeprefix("bert.").startswith("pooler.")}
+    missing, unexpected = model.bert.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise ArtifactError(f"{weights}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    return model
+
+
+def _with_adapter(model: PackedCrossEncoder, adapter_dir: Path) -> PackedCrossEncoder:
+    from peft import PeftModel
+
+    with _quiet_peft():
+        peft_model = PeftModel.from_pretrained(model.bert, str(adapter_dir))
+        model.bert = peft_model.merge_and_unload()
+    return model
+
+
+def _load_heads(model: PackedCrossEncoder, path: Path) -> None:
+    from safetensors.torch import load_file
+
+    state = {k.removeprefix("heads."): v for k, v in load_file(str(path)).items()}
+    model.heads.load_state_dict(state, strict=True)
+
+
+def _default_card(config: dict[str, Any], digest: str) -> str:
+    return (
+        f"# {config['name']} {config['version']}\n\n{config['description']}\n\n"
+        f"- artifact hash: `{digest}`\n- template: `{config['template']['template_version']}`\n"
+        f"- head layout: `{config['head_layout']}`\n- encoder: {config['encoder']['kind']}\n"
+        "- metrics: see metrics.json; calibration: calibration.json\n"
+    )

@@ -1,0 +1,171 @@
+"""Temperature scaling per question kind and option-count bucket, tied to the model it was fitted on.
+
+Groups: `noul`; `choice:2`, `choice:3-4`, `choice:5-8`, `choice:9+`; `score:2-3`, `score:4-6`, `score:7-10`.
+A Noul's probability is sigmoid(z / T); a Choice's / Score's is softmax(z / T) over its options. Each T is
+fitted by minimising the NLL on a held-out split; NLL is convex in 1/T, so a bracketed golden-section search
+finds the optimum. A group without data keeps T = 1.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from controller.errors import ArtifactError, CalibrationMismatchError
+
+FORMAT = "jevmem-calibration/1"
+_BUCKETS: dict[str, tuple[tuple[int, int, str], ...]] = {
+    "choice": ((1, 2, "choice:2"), (3, 4, "choice:3-4"), (5, 8, "choice:5-8"), (9, 10**9, "choice:9+")),
+    "score": ((1, 3, "score:2-3"), (4, 6, "score:4-6"), (7, 10**9, "score:7-10")),
+}
+GROUPS: tuple[str, ...] = ("noul", *(name for buckets in _BUCKETS.values() for _, _, name in buckets))
+MIN_T, MAX_T = 0.05, 20.0
+
+
+def group_of(kind: str, n_options: int) -> str:
+    """The calibration group of a question (a Noul is always `noul`)."""
+    if kind == "noul":
+        return "noul"
+    for low, high, name in _BUCKETS[kind]:
+        if low <= n_options <= high:
+            return name
+    raise ValueError(f"no calibration group for {kind} with {n_options} options")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Temperatures by group (missing groups use 1.0) and the hash of the model they were fitted on."""
+
+    temperatures: dict[str, float] = field(default_factory=dict)
+    model_hash: str | None = None
+    fitted_on: dict[str, int] = field(default_factory=dict)  # examples per group
+
+    def __post_init__(self) -> None:
+        for name, t in self.temperatures.items():
+            if name not in GROUPS:
+                raise ArtifactError(f"unknown calibration group {name!r}; expected one of {', '.join(GROUPS)}")
+            if not (math.isfinite(t) and t > 0):
+                raise ArtifactError(f"temperature of {name!r} must be a positive number, not {t!r}")
+
+    def temperature(self, kind: str, n_options: int) -> float:
+        return float(self.temperatures.get(group_of(kind, n_options), 1.0))
+
+    def probabilities(self, kind: str, logits: np.ndarray) -> tuple[float, ...]:
+        """Calibrated probabilities: (p_true,) for a Noul, a distribution otherwise."""
+        z = np.asarray(logits, dtype=np.float64) / self.temperature(kind, len(logits))
+        if kind == "noul":
+            return (float(_sigmoid(z[0])),)
+        return tuple(float(p) for p in _softmax(z))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "model_hash": self.model_hash, "temperatures": dict(sorted(self.temperatures.items())), "fitted_on": self.fitted_on}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Calibration:
+        if data.get("format") != FORMAT:
+            raise ArtifactError(f"calibration format {data.get('format')!r} is not {FORMAT!r}")
+        return cls({k: float(v) for k, v in data.get("temperatures", {}).items()}, data.get("model_hash"), dict(data.get("fitted_on", {})))
+
+
+def identity(model_hash: str | None = None) -> Calibration:
+    return Calibration({}, model_hash)
+
+
+def save_calibration(calibration: Calibration, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(calibration.to_json(), indent=2) + "\n", encoding="utf-8")
+
+
+def load_calibration(path: str | Path, model_hash: str) -> Calibration:
+    """Read calibration.json; `CalibrationMismatchError` when it was fitted on another model."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ArtifactError(f"cannot read calibration file {path}: {error}") from error
+    calibration = Calibration.from_json(data)
+    if calibration.model_hash != model_hash:
+        raise CalibrationMismatchError(
+            f"{path} was fitted on model {calibration.model_hash!r}, but the loaded model is {model_hash!r}; refit it"
+        )
+    return calibration
+
+
+def fit_temperatures(
+    logits: Sequence[Sequence[float]],
+    targets: Sequence[float],
+    groups: Sequence[str],
+    *,
+    model_hash: str | None = None,
+) -> Calibration:
+    """Fit one temperature per group by NLL.
+
+    `logits[i]` is one question's raw logits (1 for a Noul); `targets[i]` the Noul label in [0, 1] or the
+    index of the correct option; `groups[i]` its `group_of(...)`.
+    """
+    if not len(logits) == len(targets) == len(groups):
+        raise ValueError("logits, targets and groups must have the same length")
+    by_group: dict[str, list[int]] = {}
+    for i, g in enumerate(groups):
+        if g not in GROUPS:
+            raise ValueError(f"unknown calibration group {g!r}")
+        by_group.setdefault(g, []).append(i)
+    temperatures, counts = {}, {}
+    for g, idx in sorted(by_group.items()):
+        rows = [np.asarray(logits[i], dtype=np.float64) for i in idx]
+        ys = [float(targets[i]) for i in idx]
+        temperatures[g] = _fit_group(rows, ys, noul=g == "noul")
+        counts[g] = len(idx)
+    return Calibration(temperatures, model_hash, counts)
+
+
+def nll(rows: Sequence[np.ndarray], ys: Sequence[float], temperature: float, *, noul: bool) -> float:
+    """Mean negative log-likelihood at `temperature`."""
+    beta = 1.0 / temperature
+    if noul:
+        z = beta * np.array([r[0] for r in rows])
+        y = np.array(ys)
+        return float(np.mean(np.logaddexp(0.0, z) - y * z))  # BCE with logits
+    total = 0.0
+    for n in sorted({len(r) for r in rows}):  # stack questions with the same option count
+        sel = [i for i, r in enumerate(rows) if len(r) == n]
+        z = beta * np.stack([rows[i] for i in sel])  # (N, n)
+        t = np.array([int(ys[i]) for i in sel])
+        top = z.max(axis=1, keepdims=True)
+        lse = top[:, 0] + np.log(np.exp(z - top).sum(axis=1))
+        total += float(np.sum(lse - z[np.arange(len(sel)), t]))
+    return total / len(rows)
+
+
+def _fit_group(rows: list[np.ndarray], ys: list[float], *, noul: bool) -> float:
+    lo, hi = 1.0 / MAX_T, 1.0 / MIN_T  # search over beta = 1 / T, where the NLL is convex
+    ratio = (math.sqrt(5.0) - 1.0) / 2.0
+
+    def f(beta: float) -> float:
+        return nll(rows, ys, 1.0 / beta, noul=noul)
+
+    a, b = lo + (1 - ratio) * (hi - lo), lo + ratio * (hi - lo)
+    fa, fb = f(a), f(b)
+    for _ in range(80):
+        if fa <= fb:
+            hi, b, fb = b, a, fa
+            a = lo + (1 - ratio) * (hi - lo)
+            fa = f(a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + ratio * (hi - lo)
+            fb = f(b)
+    return float(1.0 / ((lo + hi) / 2.0))
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max())
+    return e / e.sum()

@@ -1,0 +1,144 @@
+"""Heuristic rules for the read-path families: routing, candidate relevance and stopping.
+
+Same conventions as `heuristic_write`: rules return logits, hand-set slopes, a baseline rather than a fit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+from controller import heuristic_text as ht
+from controller.heuristic_write import Similarity, read_memory
+
+# ---------------------------------------------------------------- routing (state {"query"})
+
+_TEMPORAL = ht.cue_pattern(
+    ["when", "what date", "what time", "what day", "what year", "which year", "which month", "how long", "before",
+     "after", "year", "years", "month", "months", "week", "weeks", "ago", "since", "until", "first time",
+     "last time", "date", "how often", "duration", "earlier", "later", "yesterday", *ht.MONTHS, *ht.WEEKDAYS]
+)
+_CAUSAL_Q = ht.cue_pattern(
+    ["why", "because", "reason", "reasons", "cause", "caused", "led to", "lead to", "leads to", "result",
+     "motivated", "motivation", "inspired", "inspire", "what made", "how come", "consequence", "effect",
+     "due to", "so that", "what prompted"]
+)
+_MULTI_HOP = ht.cue_pattern(
+    ["both", "compare", "comparison", "how many", "list", "what are", "what kinds", "what kind", "in common",
+     "all", "each", "activities", "hobbies", "things", "events", "places", "ways", "times", "books", "pets",
+     "likely", "would", "might", "together", "and", "other", "types", "various"]
+)
+_WHAT_HAS_DONE = re.compile(r"\bwhat\b.*\b(?:has|have)\b.*\b(?:done|made|did|tried)\b", re.IGNORECASE)
+_RECENCY = ht.cue_pattern(
+    ["latest", "current", "currently", "now", "recent", "recently", "still", "these days", "at the moment",
+     "nowadays", "anymore", "present", "newest", "most recent", "today", "right now", "lately"]
+)
+
+
+def routing_logit(name: str, state: Mapping[str, object], sim: Similarity) -> float | None:
+    query = ht.content_of(state.get("query"))
+    temporal = ht.count(_TEMPORAL, query)
+    if name == "semantic":
+        return (1.8 if ht.terms(query) else 0.0) - 0.5 * min(temporal, 1)
+    if name == "temporal":
+        return -2.0 + 3.4 * min(temporal, 1) + 0.6 * min(max(temporal - 1, 0), 2)
+    if name == "causal":
+        n = ht.count(_CAUSAL_Q, query)
+        return -2.4 + 3.4 * min(n, 1) + 0.5 * min(max(n - 1, 0), 2)
+    if name == "entity":
+        return -1.2 + 1.6 * min(len(ht.entities(query)), 3)
+    if name == "multi_hop":
+        n = ht.count(_MULTI_HOP, query) + (1 if _WHAT_HAS_DONE.search(query) else 0)
+        return -1.6 + 1.0 * min(n, 3) + 0.8 * (len(ht.entities(query)) >= 2)
+    if name == "recency":
+        return -2.4 + 3.3 * min(ht.count(_RECENCY, query), 1)
+    return None
+
+
+# ---------------------------------------------------------------- relevance (state {"query","memory"})
+
+_TIME_MENTION = ht.cue_pattern([*ht.MONTHS, *ht.WEEKDAYS, "yesterday", "today", "tonight", "ago", "last", "next"])
+_YEAR = re.compile(r"\b(?:19|20)\d\d\b")
+
+
+def _entity_hit(query_entities: Sequence[str], names: frozenset[str], text: str, speaker: str | None) -> float:
+    if not query_entities:
+        return 0.0
+    low = text.lower()
+    hits = sum(1 for e in query_entities if e in names or e == speaker or re.search(rf"\b{re.escape(e)}\b", low))
+    return hits / len(query_entities)
+
+
+def relevance_logit(name: str, state: Mapping[str, object], sim: Similarity) -> float | None:
+    query = ht.content_of(state.get("query"))
+    memory = read_memory(state.get("memory"))
+    q_terms = ht.terms(query)
+    m_terms = list(memory.terms) + [t for e in sorted(memory.entities) for t in ht.terms(e)]
+    cover = ht.coverage(q_terms, m_terms)
+    cosine = sim(query, memory.text)
+    q_ents = ht.entities(query)
+    ent = _entity_hit(q_ents, memory.entities, memory.text, memory.speaker)
+    if name == "relevant":
+        timely = 0.5 if ht.count(_TEMPORAL, query) and (
+            ht.count(_TIME_MENTION, memory.text) or _YEAR.search(memory.text) or memory.shifted
+        ) else 0.0
+        return -3.4 + 5.0 * cover + 2.5 * cosine + 0.8 * ent + timely
+    if name == "bridge":
+        # Names something the query is about, but does not itself cover the query.
+        other = [e for e in q_ents if e != memory.speaker]
+        shared = _entity_hit(other, memory.entities, memory.text, None) if other else 0.5 * ent
+        return -2.4 + 2.6 * shared * (1.0 - cover) + 1.2 * cosine
+    return None
+
+
+# ---------------------------------------------------------------- stopping (state {"query","evidence","depth"})
+
+
+def _evidence_texts(evidence: object) -> list[str]:
+    if isinstance(evidence, (list, tuple)):
+        return [t for t in (ht.content_of(item) for item in evidence) if t.strip()]
+    text = ht.content_of(evidence)
+    return [text] if text.strip() else []
+
+
+def _depth(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        try:
+            return max(0.0, float(str(value)))
+        except ValueError:
+            return 0.0
+    return max(0.0, min(float(value), 20.0))
+
+
+def stopping_logit(name: str, state: Mapping[str, object], sim: Similarity) -> float | None:
+    query = ht.content_of(state.get("query"))
+    texts = _evidence_texts(state.get("evidence"))
+    joined = " ".join(texts)
+    cover = ht.coverage(ht.terms(query), ht.terms(joined))
+    q_ents = ht.entities(query)
+    ent_cover = _entity_hit(q_ents, frozenset(ht.entities(joined)), joined, None) if q_ents else None
+    empty = 0.0 if texts else 1.0
+    if name == "evidence_sufficient":
+        return -3.6 + 5.5 * cover + 0.8 * (ent_cover if ent_cover is not None else cover) - 2.0 * empty
+    if name == "continue_useful":
+        return 1.6 - 0.7 * _depth(state.get("depth")) - 3.5 * cover + 1.0 * empty
+    if name == "missing_evidence":
+        if ent_cover is None:
+            return -2.2 + 3.5 * (1.0 - cover)
+        return -2.2 + 3.0 * (1.0 - ent_cover) + 2.0 * (1.0 - cover)
+    if name == "contradiction":
+        return -3.2 + 3.5 * _max_conflict(texts)
+    return None
+
+
+def _max_conflict(texts: Sequence[str]) -> float:
+    """Strongest negation / number mismatch between two overlapping evidence items (order-free)."""
+    items = [(ht.terms(t), ht.negations(t) > 0, ht.numbers(t)) for t in texts[:16]]
+    best = 0.0
+    for i in range(len(items)):
+        for j in range(i + 1, len(items)):
+            (ta, na, ua), (tb, nb, ub) = items[i], items[j]
+            lex = ht.overlap(ta, tb)
+            signal = max(1.0 if na != nb else 0.0, 0.7 if ua and ub and not (ua & ub) else 0.0)
+            best = max(best, min(1.0, 1.5 * lex) * signal)
+    return best

@@ -1,0 +1,181 @@
+"""The trained local controller as a `Backend`: template -> packed batches -> ONNX (or torch) -> calibration.
+
+    backend = LocalBackend.load()                       # controller/models/jevmem-minilm, else UNTRAINED base
+    backend = LocalBackend.load(dir, runtime="torch", encoding="npair")
+
+All requests of one `answer` call are tokenized, split into rows, sorted by length and run as padded
+micro-batches; the masking makes every answer independent of that grouping. `input_tokens` is the number of
+tokens the model read for the request (padding excluded; for `npair` the state is counted once per row).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from controller.artifacts import DEFAULT_MODEL_DIR, LoadedModel, load_artifact, load_untrained
+from controller.backend import BackendRequest, BackendResult, ModelInfo
+from controller.errors import BackendUnavailableError
+from controller.packing import Encoding, PackedBatch, make_batches, rows_tokens
+from controller.template import (
+    DEFAULT_MAX_REQUEST_TOKENS,
+    DEFAULT_MAX_SEQUENCE_TOKENS,
+    get_tokenizer,
+    tokenize_request,
+)
+
+log = logging.getLogger(__name__)
+
+Runtime = Literal["onnx", "torch"]
+
+
+class LocalBackend:
+    """Answers with the local cross-encoder. Build it with `LocalBackend.load(...)`."""
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        *,
+        runtime: Runtime = "onnx",
+        encoding: Encoding = "packed",
+        quantize: bool = False,
+        threads: int | None = None,
+        device: str | None = None,
+        export_method: str = "fused",
+        max_request_tokens: int = DEFAULT_MAX_REQUEST_TOKENS,
+        max_sequence_tokens: int = DEFAULT_MAX_SEQUENCE_TOKENS,
+        max_batch_tokens: int = 8192,
+    ) -> None:
+        if runtime not in ("onnx", "torch"):
+            raise ValueError(f"runtime must be 'onnx' or 'torch', not {runtime!r}")
+        if encoding not in ("packed", "npair"):
+            raise ValueError(f"encoding must be 'packed' or 'npair', not {encoding!r}")
+        if quantize and runtime != "onnx":
+            raise ValueError("int8 quantisation is only available with runtime='onnx'")
+        self._loaded = loaded
+        self.runtime, self.encoding, self.quantized = runtime, encoding, False
+        self._tokenizer = get_tokenizer(loaded.tokenizer_dir)
+        self._limits = {"max_request_tokens": max_request_tokens}
+        self._batching = {"max_sequence_tokens": max_sequence_tokens, "max_batch_tokens": max_batch_tokens}
+        self._lock = threading.Lock()
+        self.graph: Any = None
+        if runtime == "torch":
+            self._run = self._torch_runner(threads, device)
+        else:
+            self._run = self._onnx_runner(threads, device, quantize, export_method)
+        suffix = f" [{runtime}/{encoding}{'/int8' if self.quantized else ''}]"
+        self._info = ModelInfo(loaded.info.name, loaded.info.description + suffix, loaded.info.release_date)
+
+    @classmethod
+    def load(
+        cls,
+        model_dir: str | Path | None = None,
+        *,
+        runtime: Runtime = "onnx",
+        encoding: Encoding = "packed",
+        quantize: bool = False,
+        threads: int | None = None,
+        device: str | None = None,
+        base_path: str | Path | None = None,
+        **options: Any,
+    ) -> LocalBackend:
+        """Load `model_dir` (default: the committed model; the untrained base model when there is none)."""
+        if model_dir is None and (DEFAULT_MODEL_DIR / "config.json").exists():
+            model_dir = DEFAULT_MODEL_DIR
+        if model_dir is None:
+            log.warning(
+                "NO TRAINED CONTROLLER: %s does not exist, so the local backend runs the UNTRAINED base encoder with "
+                "random heads. Its probabilities are meaningless; train a model or pass model_dir.",
+                DEFAULT_MODEL_DIR,
+            )
+            loaded = load_untrained(base_path)
+        else:
+            loaded = load_artifact(model_dir, base_path=base_path)
+        return cls(loaded, runtime=runtime, encoding=encoding, quantize=quantize, threads=threads, device=device, **options)
+
+    @property
+    def info(self) -> ModelInfo:
+        return self._info
+
+    @property
+    def model_hash(self) -> str:
+        return self._loaded.model_hash
+
+    @property
+    def trained(self) -> bool:
+        return self._loaded.trained
+
+    def answer(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        """Calibrated probabilities per question; raises `InputTooLongError` for a request over the limits."""
+        if not requests:
+            return []
+        tokenized = [tokenize_request(r, self._tokenizer, **self._limits) for r in requests]
+        batches, readout = make_batches(tokenized, encoding=self.encoding, **self._batching)
+        logits = [self._run(b) for b in batches]
+        per_request = readout.gather(logits)
+        calibration = self._loaded.calibration
+        results = []
+        for request, tok, values in zip(requests, tokenized, per_request):
+            probs = tuple(calibration.probabilities(q.kind, z) for q, z in zip(request.questions, values))
+            tokens = rows_tokens(tok, self.encoding, self._batching["max_sequence_tokens"])
+            results.append(BackendResult(probs, tokens))
+        return results
+
+    def logits(self, batch: PackedBatch) -> np.ndarray:
+        """Raw (B, M) logits of one batch (benchmarks, tests)."""
+        return self._run(batch)
+
+    def close(self) -> None:
+        self._run = _closed
+        self.graph = None
+
+    # ------------------------------------------------------------------------------------------ runners
+    def _torch_runner(self, threads: int | None, device: str | None) -> Any:
+        import torch
+
+        from controller.torch_model import to_tensors
+
+        if threads:
+            torch.set_num_threads(threads)
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise BackendUnavailableError(f"device {device!r} requested but torch has no CUDA device")
+        model = self._loaded.model.to(device).eval()
+
+        def run(batch: PackedBatch) -> np.ndarray:
+            with torch.inference_mode():
+                return model(**to_tensors(batch.arrays(), device)).float().cpu().numpy()
+
+        return run
+
+    def _onnx_runner(self, threads: int | None, device: str | None, quantize: bool, method: str) -> Any:
+        from controller.errors import ParityError
+        from controller.onnx_runtime import create_session, ensure_graph
+
+        loaded = self._loaded
+        graph = ensure_graph(loaded.model, loaded.model_hash, self._tokenizer, method=method)  # type: ignore[arg-type]
+        if quantize:
+            try:
+                graph = ensure_graph(loaded.model, loaded.model_hash, self._tokenizer, method=method, precision="int8")  # type: ignore[arg-type]
+                self.quantized = True
+            except ParityError as error:
+                log.warning("int8 quantisation refused, serving fp32 instead: %s", error)
+        self.graph = graph
+        session = create_session(graph.path, threads=threads or 2, device=device)
+        lock = self._lock
+
+        def run(batch: PackedBatch) -> np.ndarray:
+            with lock:  # one inference at a time: the session's threads are already all the cores we use
+                return session.run(["logits"], batch.arrays())[0]
+
+        return run
+
+
+def _closed(batch: PackedBatch) -> np.ndarray:
+    raise BackendUnavailableError("this backend was closed")

@@ -1,0 +1,311 @@
+"""The versioned input template shared by training and inference: request -> texts -> token ids -> plan.
+
+Layout (TEMPLATE_VERSION `packed-1`), one *branch* per question and per Choice option / Score level:
+
+    [CLS] state [SEP]                       the shared prefix (positions 0..S-1)
+      [CLS] question text [SEP]             a question branch (positions restart at S)
+        [CLS] option / level text [SEP]     an option branch (positions restart after its question)
+
+Each branch starts with a `[CLS]` marker; the heads read the marker's final hidden state. Branch texts:
+Noul `instructions | yes: <true> | no: <false>` (absent parts left out), Choice `instructions` with options
+`name: description` (or `name`), Score `instructions | scale 0 to N` with levels `i: description`. The
+question kind is not spelled out: each kind has its own head. The state is compact
+JSON (`ensure_ascii=False`; a string state stays as it is). Instructions and criteria that are objects or
+arrays are compact JSON text. Literal spellings of special tokens (`[CLS]`, `[sep]`, ...) are lower-cased so
+that user text can never produce a special token (the tokenizer matches them case-sensitively, and the model
+is uncased, so the text the model reads is unchanged). Nothing is ever truncated: a branch whose positions
+exceed `MAX_POSITIONS`, or a request over the token budget, raises `InputTooLongError`.
+
+A large request is executed as several packed sequences (`plan_sequences`): every sequence repeats the state
+(and, for a split Choice, the question), which changes nothing in the answers because an option only ever
+attends to the state, its question and itself.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from controller.backend import BackendRequest
+from controller.errors import BackendUnavailableError, InputTooLongError
+from controller.questions import ChoiceQuestion, Content, NoulQuestion, Question, ScoreQuestion
+
+TEMPLATE_VERSION = "packed-1"
+MAX_POSITIONS = 512  # BERT position embeddings: state + question + option must fit
+DEFAULT_MAX_REQUEST_TOKENS = 4096  # unique packed tokens of one request (state once + every branch)
+DEFAULT_MAX_SEQUENCE_TOKENS = 1024  # one packed sequence; larger requests are split (see module doc)
+
+Kind = Literal["noul", "choice", "score"]
+_SPECIAL = re.compile(r"\[(cls|sep|pad|mask|unk)\]", re.IGNORECASE)
+
+
+# --------------------------------------------------------------------------------------------- rendering
+@dataclass(frozen=True)
+class RenderedQuestion:
+    """One question's branch text and, for Choice / Score, one text per option / level (request order)."""
+
+    kind: Kind
+    text: str
+    options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RenderedRequest:
+    state: str
+    questions: tuple[RenderedQuestion, ...]
+
+
+def neutralize(text: str) -> str:
+    """Make special-token spellings ordinary text; drop unencodable lone surrogates."""
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    return _SPECIAL.sub(lambda m: m.group(0).lower(), text)
+
+
+def render_content(content: Content | None) -> str:
+    """Text as is; objects and arrays as compact JSON with Unicode kept."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return neutralize(content)
+    return neutralize(json.dumps(content, ensure_ascii=False, separators=(",", ":"), allow_nan=False))
+
+
+def render_state(state: Content) -> str:
+    return render_content(state)
+
+
+def render_question(question: Question) -> RenderedQuestion:
+    """Branch texts of one question. Keys never appear: only content is rendered."""
+    instructions = render_content(question.instructions)
+    if isinstance(question, NoulQuestion):
+        parts = [instructions] if instructions else []
+        if question.true is not None:
+            parts.append(f"yes: {render_content(question.true)}")
+        if question.false is not None:
+            parts.append(f"no: {render_content(question.false)}")
+        return RenderedQuestion("noul", " | ".join(parts))
+    if isinstance(question, ChoiceQuestion):
+        options = tuple(
+            neutralize(name) if desc is None else f"{neutralize(name)}: {render_content(desc)}"
+            for name, desc in question.options
+        )
+        return RenderedQuestion("choice", instructions, options)
+    if isinstance(question, ScoreQuestion):
+        scale = f"scale 0 to {len(question.levels) - 1}"
+        levels = tuple(f"{i}: {render_content(desc)}" for i, desc in enumerate(question.levels))
+        return RenderedQuestion("score", f"{instructions} | {scale}" if instructions else scale, levels)
+    raise TypeError(f"not a question: {type(question).__name__}")
+
+
+def render_request(request: BackendRequest) -> RenderedRequest:
+    return RenderedRequest(render_state(request.state), tuple(render_question(q) for q in request.questions))
+
+
+# ------------------------------------------------------------------------------------------ tokenization
+class TemplateTokenizer:
+    """The base model's WordPiece tokenizer without truncation or padding (thread-safe, encode only)."""
+
+    def __init__(self, tokenizer_file: str | Path) -> None:
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(tokenizer_file))
+        tok.no_truncation()  # the shipped tokenizer.json truncates and pads to 128: we never truncate
+        tok.no_padding()
+        self._tok = tok
+        self.path = str(tokenizer_file)
+        self.vocab_size = int(tok.get_vocab_size())
+        ids = {name: tok.token_to_id(name) for name in ("[CLS]", "[SEP]", "[PAD]")}
+        if any(v is None for v in ids.values()):
+            raise BackendUnavailableError(f"{tokenizer_file} lacks the [CLS]/[SEP]/[PAD] tokens")
+        self.cls_id, self.sep_id, self.pad_id = ids["[CLS]"], ids["[SEP]"], ids["[PAD]"]
+        self._encode_cached = lru_cache(maxsize=8192)(self._encode_one)
+
+    def _encode_one(self, text: str) -> tuple[int, ...]:
+        return tuple(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def branch(self, text: str, *, cached: bool = True) -> tuple[int, ...]:
+        """`[CLS] text [SEP]`. Question and option texts repeat across requests, so they are cached."""
+        body = self._encode_cached(text) if cached else self._encode_one(text)
+        return (self.cls_id, *body, self.sep_id)
+
+    def encode_texts(self, texts: list[str]) -> list[tuple[int, ...]]:
+        return [tuple(e.ids) for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+
+
+_TOKENIZERS: dict[str, TemplateTokenizer] = {}
+_TOKENIZER_LOCK = threading.Lock()
+
+
+def get_tokenizer(model_dir: str | Path | None = None) -> TemplateTokenizer:
+    """The tokenizer of `model_dir` (default: the installed base model), loaded once per process."""
+    if model_dir is None:
+        from controller.embedding import base_model_path
+
+        model_dir = base_model_path()
+    path = Path(model_dir)
+    file = path / "tokenizer.json" if path.is_dir() else path
+    key = str(file.resolve())
+    with _TOKENIZER_LOCK:
+        tok = _TOKENIZERS.get(key)
+        if tok is None:
+            if not file.exists():
+                raise BackendUnavailableError(f"tokenizer file not found: {file}")
+            tok = _TOKENIZERS[key] = TemplateTokenizer(file)
+    return tok
+
+
+@dataclass(frozen=True)
+class TokenizedQuestion:
+    kind: Kind
+    ids: tuple[int, ...]  # the question branch, marker and [SEP] included
+    options: tuple[tuple[int, ...], ...] = ()  # one branch per option / level
+
+    @property
+    def tokens(self) -> int:
+        return len(self.ids) + sum(len(o) for o in self.options)
+
+
+@dataclass(frozen=True)
+class TokenizedRequest:
+    state: tuple[int, ...]  # [CLS] state [SEP]
+    questions: tuple[TokenizedQuestion, ...]
+
+    @property
+    def packed_tokens(self) -> int:
+        """Unique tokens of the packed encoding: the state once plus every branch."""
+        return len(self.state) + sum(q.tokens for q in self.questions)
+
+
+def tokenize_request(
+    request: BackendRequest | RenderedRequest,
+    tokenizer: TemplateTokenizer | None = None,
+    *,
+    max_positions: int = MAX_POSITIONS,
+    max_request_tokens: int = DEFAULT_MAX_REQUEST_TOKENS,
+) -> TokenizedRequest:
+    """Render (if needed), tokenize and check the limits; raises `InputTooLongError`, never truncates."""
+    tok = tokenizer or get_tokenizer()
+    rendered = request if isinstance(request, RenderedRequest) else render_request(request)
+    (state_body,) = tok.encode_texts([rendered.state])
+    state = (tok.cls_id, *state_body, tok.sep_id)
+    questions = tuple(
+        TokenizedQuestion(rq.kind, tok.branch(rq.text), tuple(tok.branch(o) for o in rq.options))
+        for rq in rendered.questions
+    )
+    out = TokenizedRequest(state, questions)
+    check_limits(out, max_positions=max_positions, max_request_tokens=max_request_tokens)
+    return out
+
+
+def check_limits(tokenized: TokenizedRequest, *, max_positions: int, max_request_tokens: int) -> None:
+    s = len(tokenized.state)
+    for i, q in enumerate(tokenized.questions):
+        longest = max((len(o) for o in q.options), default=0)
+        need = s + len(q.ids) + longest
+        if need > max_positions:
+            longest_part = f" and its longest option ({longest} tokens)" if q.options else ""
+            raise InputTooLongError(
+                f"input too long: the state ({s} tokens) plus {q.kind} question {i + 1} ({len(q.ids)} tokens)"
+                f"{longest_part} need {need} positions; the model reads at most {max_positions}. "
+                "Shorten the state or the question.",
+                tokens=need,
+                limit=max_positions,
+                loc=("state",) if s >= max_positions // 2 else ("questions",),
+            )
+    total = tokenized.packed_tokens
+    if total > max_request_tokens:
+        raise InputTooLongError(
+            f"input too long: the request packs into {total} tokens; the limit is {max_request_tokens}. "
+            "Send fewer or shorter questions / options, or split the request.",
+            tokens=total,
+            limit=max_request_tokens,
+            loc=("questions",),
+        )
+
+
+# ------------------------------------------------------------------------------------------------- plan
+@dataclass(frozen=True)
+class SequencePart:
+    """Question `question` with its options `options[0]:options[1]` (all of them unless split)."""
+
+    question: int
+    options: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class SequencePlan:
+    parts: tuple[SequencePart, ...]
+    length: int  # tokens of this packed sequence, state included
+
+
+def plan_sequences(tokenized: TokenizedRequest, max_sequence_tokens: int = DEFAULT_MAX_SEQUENCE_TOKENS) -> tuple[SequencePlan, ...]:
+    """Greedy split of one request into packed sequences of at most `max_sequence_tokens` tokens each."""
+    s = len(tokenized.state)
+    plans: list[SequencePlan] = []
+    parts: list[SequencePart] = []
+    length = s
+
+    def flush() -> None:
+        nonlocal parts, length
+        if parts:
+            plans.append(SequencePlan(tuple(parts), length))
+        parts, length = [], s
+
+    for qi, q in enumerate(tokenized.questions):
+        n = len(q.options)
+        if length + q.tokens <= max_sequence_tokens:
+            parts.append(SequencePart(qi, (0, n)))
+            length += q.tokens
+            continue
+        flush()
+        start = 0
+        while True:  # options of this question, as many per sequence as fit beside state + question
+            stop, used = start, s + len(q.ids)
+            while stop < n and used + len(q.options[stop]) <= max_sequence_tokens:
+                used += len(q.options[stop])
+                stop += 1
+            if stop == start and n:
+                raise InputTooLongError(
+                    f"a branch of question {qi + 1} does not fit a sequence of {max_sequence_tokens} tokens",
+                    tokens=used + len(q.options[start]),
+                    limit=max_sequence_tokens,
+                    loc=("questions",),
+                )
+            parts.append(SequencePart(qi, (start, stop)))
+            length = used
+            if stop >= n:
+                break
+            flush()
+            start = stop
+    flush()
+    return tuple(plans)
+
+
+def count_input_tokens(
+    request: BackendRequest,
+    *,
+    max_request_tokens: int = DEFAULT_MAX_REQUEST_TOKENS,
+    max_sequence_tokens: int = DEFAULT_MAX_SEQUENCE_TOKENS,
+) -> int:
+    """Tokens the packed encoding reads for `request` (the state counted once per packed sequence).
+
+    Raises `InputTooLongError` exactly when the local model would refuse the request.
+    """
+    tokenized = tokenize_request(request, max_request_tokens=max_request_tokens)
+    plans = plan_sequences(tokenized, max_sequence_tokens)
+    return sum(p.length for p in plans) if plans else len(tokenized.state)
+
+
+def template_config() -> dict[str, Any]:
+    """What an artifact records about the template it was trained with."""
+    return {
+        "template_version": TEMPLATE_VERSION,
+        "max_positions": MAX_POSITIONS,
+        "max_request_tokens": DEFAULT_MAX_REQUEST_TOKENS,
+        "max_sequence_tokens": DEFAULT_MAX_SEQUENCE_TOKENS,
+    }

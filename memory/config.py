@@ -1,0 +1,169 @@
+"""`EngineConfig`: every knob of the Jev-Mem write and read paths in one frozen, validated dataclass.
+
+Round-trips to JSON (`to_json` / `from_json`; unknown keys are refused) and comes in named presets, the way
+graphiti names its search recipes: `preset("default")`, `preset("fast")`, `preset("thorough")`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from memory.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    # ---- write path: candidate discovery (deterministic, bounded)
+    candidates_k: int = 8  # K_w: at most this many candidates reach pair judgment per write
+    channel_k: int = 20  # depth of each discovery channel before fusion
+    w_vector: float = 1.0  # weighted reciprocal-rank fusion weights per channel
+    w_lexical: float = 1.0
+    w_entity: float = 0.7
+    w_temporal: float = 0.5
+    rrf_k: int = 60  # the usual RRF constant
+    temporal_window: int = 6  # temporal proximity channel: nodes within this many insertion steps
+    # ---- write path: deterministic edges
+    entity_edge_limit: int = 3  # `entity` edges per shared entity, to its most recent nodes
+    speaker_entity_edges: bool = False  # a shared speaker alone makes no entity edge / entity candidate
+    max_entities: int = 12  # entities kept per node (first mentions first)
+    # ---- write path: pair judgments; an inferred edge of type g is stored when p >= tau_g
+    tau_semantic: float = 0.6
+    tau_causal: float = 0.6
+    tau_same_episode: float = 0.6
+    tau_entity_equivalence: float = 0.7
+    tau_update: float = 0.6
+    tau_temporal: float = 0.5  # the implicit-order Choice must reach this (and not say "unknown") to store an edge
+    max_memory_chars: int = 1500  # a memory longer than this is not put into a state (status over_budget)
+    # ---- consolidation over a bounded neighbourhood, every N successful writes (0 = never)
+    consolidation_every: int = 20
+    consolidation_window: int = 20  # the most recent nodes examined
+    consolidation_max_pairs: int = 8  # their strongest inferred edges, at most this many pairs
+    tau_representation: float = 0.5  # the representation Choice must reach this probability to act
+    admission_enabled: bool = False  # admission filtering is not implemented: every valid observation is kept
+    # ---- read path: routing and budget
+    tau_route: float = 0.5  # a view is active when its routing probability reaches this
+    expansion_budget: int = 40  # B: node expansions over all views and rounds
+    min_view_budget: int = 4  # m: the floor every active view gets
+    gamma: float = 2.0  # the rest is shared in proportion to p ** gamma
+    max_depth: int = 3  # depth = 1 + round(multi_hop * (max_depth - 1))
+    # ---- read path: seeds
+    n_seeds: int = 10  # seeds judged and expanded
+    seed_pool: int = 50  # depth of each hybrid list; the pool also fills the ranking below the seeds
+    dense_weight: float = 0.5  # RRF weight of the vector list (BM25 weighs 1), the reference baseline
+    # ---- read path: traversal, judging and stopping
+    expand_per_node: int = 6  # neighbours taken from one node per view and round (strongest edges first)
+    tau_frontier: float = 0.5  # a judged node is expanded further when relevant or bridge reaches this
+    tau_stop: float = 0.8  # stop when evidence_sufficient reaches this
+    tau_continue: float = 0.2  # stop when continue_useful falls below this
+    stop_evidence_k: int = 5  # evidence items shown to the stopping questions
+    max_evidence_chars: int = 400  # per item in read-path states (longer items are cut and marked)
+    # ---- read path: final ranking = seed_weight * structure + relevance_weight * (p_relevant - 0.5)
+    seed_weight: float = 1.0
+    relevance_weight: float = 0.3
+    expand_decay: float = 0.8  # structure of an expanded node = decay * parent's structure * edge weight
+    recency_weight: float = 0.0  # + recency_weight * p_recency * (position in time among the ranked nodes)
+    superseded_penalty: float = 0.1  # - superseded_penalty * p_recency for a node another one superseded
+    # ---- System Two
+    answer_evidence_k: int = 10  # evidence items passed to the answer model
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            expected = f.type if isinstance(f.type, str) else f.type.__name__
+            if expected == "bool":
+                if not isinstance(value, bool):
+                    raise ConfigError(f"{f.name} must be a bool, got {value!r}", f.name, value)
+            elif expected == "int":
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise ConfigError(f"{f.name} must be an int, got {value!r}", f.name, value)
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigError(f"{f.name} must be a finite number, got {value!r}", f.name, value)
+        positive = ("candidates_k", "channel_k", "rrf_k", "max_entities", "max_memory_chars", "consolidation_window",
+                    "expansion_budget", "max_depth", "n_seeds", "seed_pool", "stop_evidence_k", "max_evidence_chars",
+                    "expand_per_node", "answer_evidence_k")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}", name, getattr(self, name))
+        non_negative = ("w_vector", "w_lexical", "w_entity", "w_temporal", "temporal_window", "entity_edge_limit",
+                        "consolidation_every", "consolidation_max_pairs", "min_view_budget", "gamma", "dense_weight",
+                        "seed_weight", "relevance_weight", "recency_weight", "superseded_penalty")
+        for name in non_negative:
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}", name, getattr(self, name))
+        unit = ("tau_semantic", "tau_causal", "tau_same_episode", "tau_entity_equivalence", "tau_update",
+                "tau_temporal", "tau_representation", "tau_route", "tau_frontier", "tau_stop", "tau_continue", "expand_decay")
+        for name in unit:
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}", name, getattr(self, name))
+        if self.seed_pool < self.n_seeds:
+            raise ConfigError(f"seed_pool ({self.seed_pool}) must be >= n_seeds ({self.n_seeds})", "seed_pool", self.seed_pool)
+        if self.w_vector + self.w_lexical + self.w_entity + self.w_temporal <= 0:
+            raise ConfigError("at least one candidate channel needs a positive weight", "w_vector", self.w_vector)
+        if self.admission_enabled:
+            raise ConfigError("admission filtering is not implemented; every valid observation is stored", "admission_enabled", True)
+
+    def tau(self, relation: str) -> float:
+        """The acceptance threshold of an inferred relation type."""
+        try:
+            return float(getattr(self, f"tau_{relation}"))
+        except AttributeError as error:
+            raise ConfigError(f"no threshold for relation {relation!r}", f"tau_{relation}", relation) from error
+
+    def with_(self, **changes: Any) -> EngineConfig:
+        """A copy with some fields changed (validated)."""
+        unknown = sorted(set(changes) - {f.name for f in fields(self)})
+        if unknown:
+            raise ConfigError(f"unknown config fields: {', '.join(unknown)}", unknown[0], changes[unknown[0]])
+        return replace(self, **changes)
+
+    # ---- serialisation
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EngineConfig:
+        if not isinstance(data, dict):
+            raise ConfigError(f"a config must be a JSON object, got {type(data).__name__}", None, data)
+        return cls().with_(**data)
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=True)
+        if path is not None:
+            Path(path).write_text(text + "\n", encoding="utf-8")
+        return text
+
+    @classmethod
+    def from_json(cls, text_or_path: str | Path) -> EngineConfig:
+        """Parse JSON text, or read it from a path (a `Path`, or a string that is not JSON)."""
+        text = str(text_or_path)
+        if isinstance(text_or_path, Path) or not text.lstrip().startswith("{"):
+            text = Path(text_or_path).read_text(encoding="utf-8")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"config is not valid JSON: {error}", None, text[:80]) from error
+        return cls.from_dict(data)
+
+
+# Named recipes: the same engine with different cost / coverage trade-offs.
+PRESETS: dict[str, EngineConfig] = {
+    "default": EngineConfig(),
+    # No consolidation, fewer candidates and a small read budget: the cheapest useful graph.
+    "fast": EngineConfig(candidates_k=4, channel_k=10, consolidation_every=0, expansion_budget=16, max_depth=2,
+                         n_seeds=8, expand_per_node=4),
+    # Wider candidate pools and deeper, larger traversals.
+    "thorough": EngineConfig(candidates_k=12, channel_k=30, temporal_window=10, entity_edge_limit=5,
+                             consolidation_every=10, consolidation_max_pairs=16, expansion_budget=80,
+                             min_view_budget=6, max_depth=4, n_seeds=15, seed_pool=80, expand_per_node=8),
+}
+
+
+def preset(name: str) -> EngineConfig:
+    try:
+        return PRESETS[name]
+    except KeyError as error:
+        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}", "preset", name) from error

@@ -1,0 +1,303 @@
+"""`Engine`: the Jev-Mem facade. Thin by design: each operation delegates to the module that owns it.
+
+    write / write_many   memory/write_path.py (+ candidates.py), periodic consolidation.py
+    query                memory/read_path.py (+ routing.py, traversal.py), System Two or extractive answer
+    get / edit / link / unlink / set_links / delete / relink   memory/lifecycle.py
+
+    engine = Engine.open(None, controller="heuristic", embedder="hashing")
+    engine.write(Observation("Mira: My old bicycle broke.", observed_at=datetime(2024, 5, 14, 10)))
+    result = engine.query("Why did Mira buy a new bicycle?", k=5)
+
+One store transaction per write: the controller is asked first, then node, edges and status are applied
+together. Operations are serialised by one lock, so one engine may be shared between threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+from controller.backend import Backend
+from controller.client import SystemOneClient
+from controller.embedding import Embedder, create_embedder
+from controller.errors import BackendError
+from memory import lifecycle
+from memory.candidates import discover_candidates
+from memory.config import EngineConfig, preset
+from memory.consolidation import ConsolidationReport, consolidate
+from memory.control import Controller
+from memory.errors import ControllerOutputError, InvalidQueryError, SystemTwoError
+from memory.read_path import run_query
+from memory.results import NodeView, RelinkReport, Stats
+from memory.store.base import Store
+from memory.system_two import SystemTwo
+from memory.types import Edge, LinkStatus, Observation, QueryResult, TraceStep, WriteResult
+from memory.write_path import (
+    Assessment,
+    add_unless_explicit,
+    assess_pairs,
+    entity_edges,
+    make_node,
+    temporal_chain,
+    temporal_edges,
+    type_node,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Engine:
+    def __init__(
+        self,
+        store: Store,
+        client: SystemOneClient,
+        embedder: Embedder,
+        config: EngineConfig = EngineConfig(),
+        system_two: SystemTwo | None = None,
+    ) -> None:
+        if embedder.dim != store.dim:
+            raise ValueError(f"embedder dim {embedder.dim} != store dim {store.dim}")
+        self.store = store
+        self.embedder = embedder
+        self.config = config
+        self.system_two = system_two
+        self.controller = Controller(client)
+        self.last_consolidation: ConsolidationReport | None = None
+        self._lock = threading.RLock()
+        self._seq: int | None = None
+        self._writes = 0
+        self._consolidations = 0
+        self._summaries = 0
+        self._recent: deque[str] = deque(maxlen=config.consolidation_window)
+        self._consolidated: set[tuple[str, str]] = set()
+        self._known_names: set[str] = set()
+        self._owned: list[Any] = []
+
+    @classmethod
+    def open(
+        cls,
+        path: str | Path | None,
+        *,
+        controller: str | Backend = "heuristic",
+        embedder: str | Embedder = "hashing",
+        config: EngineConfig | str | None = None,
+        system_two: SystemTwo | None | Literal["env"] = "env",
+        **controller_options: Any,
+    ) -> Engine:
+        """An engine over `open_store(path)` (None: in memory). `config` may name a preset; System Two is read
+        from JEVMEM_LLM_* unless given (None: extractive answers only)."""
+        from memory.store import open_store
+
+        emb = create_embedder(embedder) if isinstance(embedder, str) else embedder
+        cfg = preset(config) if isinstance(config, str) else (config or EngineConfig())
+        client = SystemOneClient(controller, **controller_options)
+        store = open_store(path, dim=emb.dim, embedder=emb.name)
+        s2 = SystemTwo.from_settings() if system_two == "env" else system_two
+        engine = cls(store, client, emb, cfg, s2)  # type: ignore[arg-type]
+        engine._owned = [store, client, *([s2] if s2 is not None and system_two == "env" else [])]
+        return engine
+
+    # ------------------------------------------------------------------ write path
+    def _peek_seq(self) -> int:
+        if self._seq is None:
+            next_seq = getattr(self.store, "next_seq", None)
+            self._seq = next_seq() if callable(next_seq) else max((n.seq for n in self.store.iter_nodes()), default=-1) + 1
+        return self._seq
+
+    def _take_seq(self) -> int:
+        seq = self._peek_seq()
+        self._seq = seq + 1
+        return seq
+
+    def write(self, obs: Observation) -> WriteResult:
+        """Store one observation and link it. `edges_written` counts inferred (judged) edges only."""
+        with self._lock:
+            timings: dict[str, float] = {}
+            clock = time.perf_counter()
+
+            def lap(name: str) -> None:
+                nonlocal clock
+                now = time.perf_counter()
+                timings[name] = (now - clock) * 1000.0
+                clock = now
+
+            node = make_node(obs, seq=self._peek_seq(), config=self.config, known_names=self._known_names)
+            embedding = self.embedder.embed([node.content])[0]
+            lap("embedding")
+            questions = 0
+            try:
+                types = type_node(self.controller, node.content, self.config)
+                questions += len(types)
+            except (BackendError, ControllerOutputError) as error:
+                log.warning("typing of %s pending: %s", node.id, error)
+                types = {}
+            lap("typing")
+            cands = discover_candidates(self.store, content=node.content, embedding=embedding, entities=node.entities,
+                                        seq=node.seq, config=self.config, speaker=node.speaker)
+            chain = temporal_chain(self.store, node, self.config)
+            structural = [*chain.add, *entity_edges(self.store, node, self.config), *temporal_edges(node, cands.nodes)]
+            lap("candidates")
+            if types:
+                assessment = assess_pairs(self.controller, node, cands.nodes, self.config)
+            else:  # the controller just failed: typing and pairs are owed, `relink` runs both
+                assessment = Assessment((), LinkStatus.RELATIONS_PENDING, (), (), 0, "typing failed")
+            questions += assessment.questions
+            status = assessment.status
+            lap("judgment")
+            node = replace(node, types=types, link_status=status)
+            with self.store.transaction():
+                self.store.add_node(node, embedding)
+                for key in chain.remove:
+                    self.store.remove_edge(*key)
+                add_unless_explicit(self.store, structural)
+                inferred = add_unless_explicit(self.store, assessment.edges)
+            self._seq = node.seq + 1
+            lap("apply")
+            if node.speaker:
+                self._known_names.add(node.speaker)
+            self._writes += 1
+            self._recent.append(node.id)
+            every = self.config.consolidation_every
+            if every and self._writes % every == 0:
+                self._consolidate()
+                lap("consolidation")
+            return WriteResult(node.id, len(cands.nodes), inferred, questions, status, timings)
+
+    def write_many(self, observations: Iterable[Observation]) -> list[WriteResult]:
+        return [self.write(obs) for obs in observations]
+
+    def _consolidate(self) -> ConsolidationReport:
+        report = consolidate(
+            self.store, self.controller, self.embedder, list(self._recent), self.config,
+            next_seq=self._take_seq, summarizer=self.system_two.merge_summary if self.system_two else None,
+            done=self._consolidated,
+        )
+        self._consolidations += 1
+        self._summaries += len(report.summaries)
+        self.last_consolidation = report
+        return report
+
+    def consolidate(self) -> ConsolidationReport:
+        """Run consolidation now over the recent writes (it also runs every `consolidation_every` writes)."""
+        with self._lock:
+            return self._consolidate()
+
+    # ------------------------------------------------------------------ read path
+    def query(self, text: str, *, k: int = 10, budget: int | None = None, answer: bool = False) -> QueryResult:
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidQueryError("a query needs non-empty text", text)
+        if k < 1 or (budget is not None and budget < 0):
+            raise InvalidQueryError(f"k must be >= 1 and budget >= 0 (got k={k}, budget={budget})", (k, budget))
+        with self._lock:
+            result = run_query(self.store, self.controller, self.embedder, text, self.config, k=k, budget=budget)
+        if not answer:
+            return result
+        evidence = result.evidence[: self.config.answer_evidence_k]
+        if self.system_two is not None:
+            started = time.perf_counter()
+            try:
+                reply = self.system_two.answer(text, evidence)
+                step = TraceStep("answer", {"source": "system_two"}, (time.perf_counter() - started) * 1000.0)
+                return replace(result, answer=reply, answer_source="system_two", trace=(*result.trace, step))
+            except SystemTwoError as error:
+                log.warning("System Two failed; answering extractively: %s", error)
+                step = TraceStep("answer", {"source": "extractive", "error": str(error)}, (time.perf_counter() - started) * 1000.0)
+                result = replace(result, trace=(*result.trace, step))
+        return replace(result, answer="\n".join(e.content for e in evidence), answer_source="extractive")
+
+    # ------------------------------------------------------------------ lifecycle
+    def get(self, node_id: str) -> NodeView:
+        with self._lock:
+            node = lifecycle.require(self.store, node_id)
+            return NodeView(node, tuple(self.store.edges_from(node_id)), tuple(self.store.edges_to(node_id)))
+
+    def edit(self, node_id: str, content: str) -> NodeView:
+        """Change a node's text: inferred links are dropped and the node is marked stale (same text: kept)."""
+        with self._lock:
+            node = lifecycle.require(self.store, node_id)
+            with self.store.transaction():
+                lifecycle.edit_node(self.store, self.embedder, node, content, self.config, self._known_names)
+            return self.get(node_id)
+
+    def link(self, src: str, dst: str, relation: str, *, attrs: Mapping[str, Any] | None = None) -> Edge:
+        """An explicit (authored) link; no controller call; survives edits."""
+        with self._lock, self.store.transaction():
+            return lifecycle.add_explicit(self.store, src, dst, relation, attrs)
+
+    def unlink(self, src: str, dst: str, relation: str) -> bool:
+        with self._lock, self.store.transaction():
+            edge = next((e for e in self.store.edges_from(src, [relation]) if e.dst == dst), None)
+            if edge is None:
+                return False
+            lifecycle.remove_edge(self.store, edge)
+            return True
+
+    def set_links(self, node_id: str, links: Sequence[tuple[str, str]]) -> NodeView:
+        """Replace the node's explicit outgoing links by `links` ((dst, relation) pairs); [] stays empty."""
+        with self._lock:
+            with self.store.transaction():
+                lifecycle.set_explicit_links(self.store, node_id, links)
+            return self.get(node_id)
+
+    def delete(self, node_id: str) -> bool:
+        with self._lock, self.store.transaction():
+            return lifecycle.delete_node(self.store, node_id)
+
+    def relink(self, node_ids: Sequence[str] | None = None) -> RelinkReport:
+        """Re-run judgments for the given nodes, or for every RELATIONS_PENDING and STALE node."""
+        with self._lock:
+            if node_ids is None:
+                ids = [*self.store.nodes_with_status(LinkStatus.RELATIONS_PENDING), *self.store.nodes_with_status(LinkStatus.STALE)]
+            else:
+                ids = [lifecycle.require(self.store, i).id for i in node_ids]
+            statuses: dict[str, LinkStatus] = {}
+            errors: dict[str, str] = {}
+            assessed = written = questions = 0
+            for node_id in dict.fromkeys(ids):
+                node = self.store.get_node(node_id)
+                if node is None:
+                    continue
+                outcome = lifecycle.relink_node(self.store, self.controller, self.embedder, node, self.config)
+                statuses[node_id] = outcome.assessment.status
+                if outcome.assessment.error and outcome.assessment.status == LinkStatus.RELATIONS_PENDING:
+                    errors[node_id] = outcome.assessment.error
+                assessed += outcome.assessment.status == LinkStatus.ASSESSED
+                written += outcome.edges_written
+                questions += outcome.questions
+            return RelinkReport(assessed, written, statuses, questions, errors)
+
+    # ------------------------------------------------------------------ bookkeeping
+    def stats(self) -> Stats:
+        with self._lock:
+            usage = self.controller.usage()
+            return Stats(
+                nodes=self.store.count_nodes(),
+                edges=self.store.count_edges(),
+                link_status={s.value: len(self.store.nodes_with_status(s)) for s in LinkStatus},
+                writes=self._writes,
+                consolidations=self._consolidations,
+                summaries=self._summaries,
+                controller_calls=usage.calls,
+                controller_requests=usage.requests,
+                controller_questions=usage.questions,
+            )
+
+    def close(self) -> None:
+        """Release what `Engine.open` created (a store / client passed in stays the caller's)."""
+        with self._lock:
+            for resource in reversed(self._owned):
+                resource.close()
+            self._owned = []
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()

@@ -1,0 +1,198 @@
+"""Link lifecycle: explicit vs inferred links, edits that invalidate judgments, deletes, and `relink`.
+
+- Explicit links are authored (`Engine.link`); they survive edits and re-embedding and need no controller.
+- Inferred links carry the fingerprints of the two texts that were judged. Changing a node's text drops its
+  inferred links in both directions and marks it STALE; re-embedding unchanged text keeps them.
+- Backlinks are `store.edges_to` (a reverse view), never copies.
+- An authored link list replaces the node's explicit links; an empty list stays empty (nothing merges old
+  links back).
+- "no link" (ASSESSED with zero edges) differs from "not assessed" (EMPTY_SHORTLIST, OVER_BUDGET,
+  RELATIONS_PENDING, STALE); `relink` re-runs the pending and stale ones.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from controller.embedding import Embedder
+from controller.errors import BackendError
+from memory.candidates import discover_candidates
+from memory.config import EngineConfig
+from memory.control import Controller
+from memory.entities import extract_entities
+from memory.errors import ControllerOutputError, InvalidObservationError, InvalidRelationError, NodeNotFoundError
+from memory.store.base import Store
+from memory.types import RELATIONS, Edge, EdgeOrigin, LinkStatus, Node
+from memory.write_path import (
+    Assessment,
+    add_unless_explicit,
+    assess_pairs,
+    entity_edges,
+    fingerprint,
+    temporal_edges,
+    type_node,
+)
+
+log = logging.getLogger(__name__)
+
+
+def require(store: Store, node_id: str) -> Node:
+    node = store.get_node(node_id) if isinstance(node_id, str) else None
+    if node is None:
+        raise NodeNotFoundError(str(node_id))
+    return node
+
+
+def check_relation(relation: str) -> str:
+    if relation not in RELATIONS:
+        raise InvalidRelationError(relation, RELATIONS)
+    return relation
+
+
+def remove_edge(store: Store, edge: Edge) -> None:
+    """Remove one edge, undoing what a `supersedes` edge set on its target."""
+    store.remove_edge(edge.src, edge.dst, edge.relation)
+    if edge.relation == "supersedes":
+        target = store.get_node(edge.dst)
+        if target is not None and target.superseded_by == edge.src:
+            store.update_node(replace(target, superseded_by=None))
+
+
+def drop_inferred(store: Store, node_id: str, keep: Iterable[Edge] = ()) -> int:
+    """Remove the inferred edges touching `node_id` (both directions) except `keep`; returns how many."""
+    kept = {(e.src, e.dst, e.relation) for e in keep}
+    doomed = [e for e in [*store.edges_from(node_id), *store.edges_to(node_id)]
+              if e.origin == EdgeOrigin.INFERRED and (e.src, e.dst, e.relation) not in kept]
+    seen: set[tuple[str, str, str]] = set()
+    for edge in doomed:
+        key = (edge.src, edge.dst, edge.relation)
+        if key not in seen:
+            seen.add(key)
+            remove_edge(store, edge)
+    return len(seen)
+
+
+def stale_inferred(store: Store, node: Node) -> list[Edge]:
+    """Inferred edges of `node` judged on a text that is no longer current (on either side)."""
+    edges = [*store.edges_from(node.id), *store.edges_to(node.id)]
+    inferred = [e for e in edges if e.origin == EdgeOrigin.INFERRED]
+    others = {n.id: n for n in store.get_nodes(sorted({e.dst if e.src == node.id else e.src for e in inferred}))}
+    others[node.id] = node
+    out = []
+    for e in inferred:
+        src, dst = others.get(e.src), others.get(e.dst)
+        if src is None or dst is None or e.src_fingerprint not in (None, src.fingerprint) or e.dst_fingerprint not in (None, dst.fingerprint):
+            out.append(e)
+    return out
+
+
+def refresh_entity_edges(store: Store, node: Node, config: EngineConfig) -> None:
+    for edge in [*store.edges_from(node.id, ["entity"]), *store.edges_to(node.id, ["entity"])]:
+        if edge.origin == EdgeOrigin.DETERMINISTIC:
+            store.remove_edge(edge.src, edge.dst, edge.relation)
+    add_unless_explicit(store, entity_edges(store, node, config))
+
+
+def edit_node(store: Store, embedder: Embedder, node: Node, content: str, config: EngineConfig,
+              known_names: Iterable[str] = ()) -> Node:
+    """Apply an edit inside the caller's transaction; returns the stored node."""
+    if not isinstance(content, str) or not content.strip():
+        raise InvalidObservationError("an edit needs non-empty text", content)
+    embedding = embedder.embed([content])[0]
+    if fingerprint(content) == node.fingerprint:
+        store.update_node(node, embedding)  # same text: a re-embedding keeps every judgment
+        return node
+    entities = node.entities if node.metadata.get("entities_given") else extract_entities(
+        content, speaker=node.speaker, known_names=known_names, limit=config.max_entities)
+    drop_inferred(store, node.id)
+    current = require(store, node.id)  # superseded_by may have been cleared just now
+    edited = replace(current, content=content, fingerprint=fingerprint(content), entities=entities, types={},
+                     link_status=LinkStatus.STALE)
+    store.update_node(edited, embedding)
+    refresh_entity_edges(store, edited, config)
+    return edited
+
+
+def add_explicit(store: Store, src: str, dst: str, relation: str, attrs: Mapping[str, Any] | None = None) -> Edge:
+    require(store, src)
+    require(store, dst)
+    edge = Edge(src, dst, check_relation(relation), EdgeOrigin.EXPLICIT, 1.0, attrs=dict(attrs or {}))
+    store.add_edge(edge)  # replaces an inferred / deterministic edge with the same (src, dst, relation)
+    return edge
+
+
+def set_explicit_links(store: Store, node_id: str, links: Sequence[tuple[str, str]]) -> Node:
+    """Replace the explicit outgoing links of a node by `links` ((dst, relation) pairs; may be empty)."""
+    node = require(store, node_id)
+    for dst, relation in links:
+        require(store, dst)
+        check_relation(relation)
+    for edge in store.edges_from(node_id):
+        if edge.origin == EdgeOrigin.EXPLICIT:
+            store.remove_edge(edge.src, edge.dst, edge.relation)
+    for dst, relation in links:
+        store.add_edge(Edge(node_id, dst, relation, EdgeOrigin.EXPLICIT, 1.0))
+    authored = replace(node, metadata={**node.metadata, "links_authored": True})
+    store.update_node(authored)
+    return authored
+
+
+def delete_node(store: Store, node_id: str) -> bool:
+    """Delete a node and its edges; re-join the temporal chain around it and clear what it superseded."""
+    node = store.get_node(node_id)
+    if node is None:
+        return False
+    prev = [e.src for e in store.edges_to(node_id, ["temporal_next"])]
+    nxt = [e.dst for e in store.edges_from(node_id, ["temporal_next"])]
+    for edge in store.edges_from(node_id, ["supersedes"]):
+        remove_edge(store, edge)
+    store.delete_node(node_id)
+    if len(prev) == 1 and len(nxt) == 1 and prev[0] != nxt[0]:
+        store.add_edge(Edge(prev[0], nxt[0], "temporal_next", EdgeOrigin.DETERMINISTIC))
+    return True
+
+
+@dataclass(frozen=True)
+class RelinkOutcome:
+    node_id: str
+    assessment: Assessment
+    edges_written: int
+    questions: int
+
+
+def relink_node(store: Store, controller: Controller, embedder: Embedder, node: Node, config: EngineConfig) -> RelinkOutcome:
+    """Re-type if needed, rediscover candidates, re-judge, and replace the judged pairs' inferred edges."""
+    asked = 0
+    types = node.types
+    if not types:
+        try:
+            types = type_node(controller, node.content, config)
+            asked += 4
+        except (BackendError, ControllerOutputError) as error:
+            failed = Assessment((), LinkStatus.RELATIONS_PENDING, (), (), 4, f"{type(error).__name__}: {error}")
+            with store.transaction():
+                store.set_link_status(node.id, LinkStatus.RELATIONS_PENDING)
+            return RelinkOutcome(node.id, failed, 0, 4)
+    embedding = store.embedding(node.id)
+    if embedding is None:
+        embedding = embedder.embed([node.content])[0]
+    cands = discover_candidates(store, content=node.content, embedding=embedding, entities=node.entities, seq=node.seq,
+                                config=config, speaker=node.speaker, exclude={node.id})
+    assessment = assess_pairs(controller, node, cands.nodes, config)
+    asked += assessment.questions
+    with store.transaction():
+        for edge in stale_inferred(store, node):
+            remove_edge(store, edge)
+        current = require(store, node.id)
+        store.update_node(replace(current, types=types, link_status=assessment.status))
+        add_unless_explicit(store, temporal_edges(node, cands.nodes))
+        judged = set(assessment.judged)
+        for edge in [*store.edges_from(node.id), *store.edges_to(node.id)]:
+            other = edge.dst if edge.src == node.id else edge.src
+            if edge.origin == EdgeOrigin.INFERRED and other in judged and edge.relation not in ("supersedes", "summary_of"):
+                remove_edge(store, edge)
+        written = add_unless_explicit(store, assessment.edges)
+    return RelinkOutcome(node.id, assessment, written, asked)

@@ -1,0 +1,162 @@
+"""The closed-loop read path: route -> seed -> (judge -> stop? -> expand)* -> rank.
+
+    route   one request, six ROUTING Nouls -> active views, per-view budgets, depth   (memory/routing.py)
+    seed    hybrid RRF pool (BM25 + 0.5 x vector); the top n_seeds are judged first
+    judge   one batched call per round: relevant / bridge per new candidate          (memory/traversal.py)
+    stop    one request per round: evidence_sufficient, continue_useful, missing_evidence, contradiction
+    expand  from judged nodes with relevant or bridge >= tau_frontier, per active view, within its budget
+    rank    seed_weight * structure + relevance_weight * (p_relevant - 0.5)  [+ recency terms]
+
+With an uninformative controller (every probability 0.5) the top n_seeds are exactly the RRF order: an
+expanded node's structure is at most expand_decay x its parent's, and the relevance term vanishes.
+If the controller fails, the query still returns the ranking built so far, with stopped_reason
+"controller_unavailable" and the error in the trace (never a silent substitute assessor).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from controller.embedding import Embedder
+from controller.errors import BackendError, InvalidRequestError
+from controller.families import STOP_SIGNALS
+from memory.config import EngineConfig
+from memory.control import Controller, clipped, keyed, noul
+from memory.errors import ControllerOutputError
+from memory.routing import VIEW_RELATIONS, Route, ask_route, plan_route
+from memory.store.base import Store
+from memory.traversal import Candidate, expand_view, hybrid_seeds, judge
+from memory.types import Evidence, QueryResult, TraceStep
+
+log = logging.getLogger(__name__)
+
+_CONTROLLER_FAILURES = (BackendError, InvalidRequestError, ControllerOutputError)
+
+
+class _Tracer:
+    def __init__(self) -> None:
+        self.steps: list[TraceStep] = []
+        self._last = time.perf_counter()
+
+    def add(self, phase: str, **detail: object) -> None:
+        now = time.perf_counter()
+        self.steps.append(TraceStep(phase, dict(detail), (now - self._last) * 1000.0))
+        self._last = now
+
+
+def score(cand: Candidate, route: Route, config: EngineConfig, newest: int, oldest: int) -> float:
+    value = config.seed_weight * cand.structure
+    if cand.relevant is not None:
+        value += config.relevance_weight * (cand.relevant - 0.5)
+    recency = route.probabilities.get("recency", 0.0)
+    if config.recency_weight and newest > oldest:
+        value += config.recency_weight * recency * (cand.node.seq - oldest) / (newest - oldest)
+    if cand.node.superseded_by is not None:
+        value -= config.superseded_penalty * recency
+    return value
+
+
+def rank(candidates: Sequence[Candidate], route: Route, config: EngineConfig) -> list[tuple[Candidate, float]]:
+    seqs = [c.node.seq for c in candidates]
+    newest, oldest = (max(seqs), min(seqs)) if seqs else (0, 0)
+    scored = [(c, score(c, route, config, newest, oldest)) for c in candidates]
+    return sorted(scored, key=lambda cs: (-cs[1], -cs[0].structure, cs[0].node.seq))
+
+
+def ask_stop(controller: Controller, query: str, ranked: Sequence[tuple[Candidate, float]], depth: int,
+             config: EngineConfig) -> dict[str, float]:
+    evidence = [clipped(c.node.content, config.max_evidence_chars) for c, _ in ranked[: config.stop_evidence_k]]
+    answers = controller.ask({"query": query, "evidence": evidence, "depth": depth}, keyed("", "stopping", STOP_SIGNALS))
+    return {name: noul(answers, name) for name in STOP_SIGNALS}
+
+
+def stop_reason(signals: dict[str, float], config: EngineConfig) -> str | None:
+    if signals["evidence_sufficient"] >= config.tau_stop:
+        return "sufficient"
+    if signals["continue_useful"] < config.tau_continue:
+        return "not_useful"
+    return None
+
+
+def run_query(
+    store: Store,
+    controller: Controller,
+    embedder: Embedder,
+    query: str,
+    config: EngineConfig,
+    *,
+    k: int = 10,
+    budget: int | None = None,
+) -> QueryResult:
+    tracer = _Tracer()
+    before = controller.usage()
+    route = Route({}, ("semantic",), {"semantic": 0}, 0)
+    stopped = "depth"
+    pool: dict[str, Candidate] = {}
+    try:
+        route = plan_route(ask_route(controller, query), config, budget)
+        tracer.add("route", probabilities=route.probabilities, active=list(route.active), budgets=route.budgets, depth=route.depth)
+        seeds = hybrid_seeds(store, embedder.embed([query])[0], query, config)
+        pool = {c.node.id: c for c in seeds}
+        round_nodes = seeds[: config.n_seeds]
+        tracer.add("seed", pool=len(seeds), seeds=[c.node.id for c in round_nodes])
+        left = dict(route.budgets)
+        judged: set[str] = set()
+        depth = 0
+        stopped = "exhausted"  # kept when the store has nothing to seed from
+        while round_nodes:
+            judge(controller, query, round_nodes, config)
+            judged.update(c.node.id for c in round_nodes)
+            tracer.add("judge", depth=depth, judged=len(round_nodes))
+            signals = ask_stop(controller, query, rank(list(pool.values()), route, config), depth, config)
+            reason = stop_reason(signals, config)
+            tracer.add("stop", depth=depth, signals=signals, reason=reason)
+            if reason is not None:
+                stopped = reason
+                break
+            if depth >= route.depth:
+                stopped = "depth"
+                break
+            if sum(left.values()) <= 0:
+                stopped = "budget"
+                break
+            frontier = sorted((c for c in round_nodes if c.promise >= config.tau_frontier), key=lambda c: (-c.promise, c.node.seq))
+            depth += 1
+            claimed = set(judged)
+            found: list[Candidate] = []
+            spent: dict[str, int] = {}
+            for view in route.active:
+                new = expand_view(store, frontier, view, VIEW_RELATIONS[view], left.get(view, 0), claimed, depth, config)
+                left[view] = left.get(view, 0) - len(new)
+                spent[view] = len(new)
+                found.extend(new)
+            round_nodes = []
+            for cand in found:
+                known = pool.get(cand.node.id)
+                if known is not None:  # a pool node reached through the graph: keep the better structure
+                    known.structure = max(known.structure, cand.structure)
+                    known.via, known.depth = cand.via, cand.depth
+                    cand = known
+                pool[cand.node.id] = cand
+                round_nodes.append(cand)
+            tracer.add("expand", depth=depth, frontier=len(frontier), found=spent)
+            if not round_nodes:
+                stopped = "exhausted" if sum(left.values()) > 0 else "budget"
+                break
+    except _CONTROLLER_FAILURES as error:
+        log.warning("query continued without the controller: %s", error)
+        stopped = "controller_unavailable"
+        tracer.add("error", error=f"{type(error).__name__}: {error}")
+        if not pool:
+            seeds = hybrid_seeds(store, embedder.embed([query])[0], query, config)
+            pool = {c.node.id: c for c in seeds}
+    ranked = rank(list(pool.values()), route, config)[:k]
+    evidence = tuple(
+        Evidence(c.node.id, c.node.content, s, c.node.source_ids, c.node.observed_at, c.node.speaker, c.via, c.depth)
+        for c, s in ranked
+    )
+    used = controller.usage() - before
+    return QueryResult(query, evidence, route.probabilities, route.active, stopped, tuple(tracer.steps),
+                       used.requests, used.questions)

@@ -1,0 +1,383 @@
+"""`SQLiteStore`: the embedded default. SQLite (WAL, one transaction per write) + FTS5 + a faiss index.
+
+SQLite is the source of truth; the FTS5 rows and the faiss index are derived and rebuilt from `nodes` when
+`check()` finds them out of step (on open, with a logged warning). One connection per store object, guarded by a
+re-entrant lock, so worker threads may share a store; a transaction holds the lock until it ends. One process
+writes a given database at a time (each process keeps its own faiss index).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from memory.store import sqlite_check as maintenance
+from memory.store import sqlite_schema as schema
+from memory.store._common import as_embedding, entity_key, entity_keys, fts_query, index_text
+from memory.store.errors import (
+    DuplicateNodeError,
+    NodeNotFoundError,
+    StoreCorruptionError,
+    StoreError,
+)
+from memory.store.vectors import VectorIndex
+from memory.types import Edge, EdgeOrigin, LinkStatus, Node
+
+logger = logging.getLogger(__name__)
+
+
+class SQLiteStore:
+    """A persistent `Store` in one SQLite file (plus `<file>.faiss` when `persist_vectors`)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        dim: int,
+        embedder: str | None = None,
+        persist_vectors: bool = True,
+        search_threads: int = 1,
+    ) -> None:
+        if dim <= 0:
+            raise StoreError(f"dim must be positive, got {dim}")
+        self.path = Path(path)
+        self.dim = dim
+        self.vectors_path = self.path.with_name(self.path.name + ".faiss")
+        self._persist_vectors = persist_vectors
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._closed = False
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        try:
+            for pragma in ("journal_mode = WAL", "synchronous = NORMAL", "foreign_keys = ON", "busy_timeout = 5000"):
+                self._conn.execute(f"PRAGMA {pragma}")
+            with self.transaction():
+                schema.create(self._conn)
+                self.embedder = schema.check_meta(self._conn, self.path, dim, embedder)
+            self._vectors = VectorIndex(dim, threads=search_threads)
+            self._load_or_rebuild_vectors()
+            self._repair_if_needed()
+        except BaseException as exc:
+            self._conn.close()
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise StoreError(f"cannot open store at {self.path}: {exc}") from exc
+            raise
+
+    # ------------------------------------------------------------------ opening
+    def _generation(self) -> int:
+        return schema.vector_generation(self._conn)
+
+    def _load_or_rebuild_vectors(self) -> None:
+        if self._persist_vectors and self._vectors.load(
+            self.vectors_path, generation=self._generation(), count=self.count_nodes()
+        ):
+            return
+        if self._persist_vectors and self.vectors_path.exists():
+            logger.warning("vector index %s is out of date; rebuilding it from %s", self.vectors_path, self.path)
+        self.rebuild_vectors()
+
+    def _repair_if_needed(self) -> None:
+        problems = self.check()
+        if not problems:
+            return
+        logger.warning("store %s is inconsistent (%s); repairing derived data", self.path, "; ".join(problems))
+        with self.transaction():
+            if any(p.startswith("embeddings:") for p in problems):
+                raise StoreCorruptionError(problems)
+            if any(p.startswith("fts:") for p in problems):
+                maintenance.rebuild_fts(self._conn)
+            if any(p.startswith(("entities:", "edges:")) for p in problems):
+                maintenance.rebuild_links(self._conn)
+        if any(p.startswith("vectors:") for p in problems):
+            self.rebuild_vectors()
+        remaining = self.check()
+        if remaining:
+            raise StoreCorruptionError(remaining)
+
+    # ------------------------------------------------------------------ transactions
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception. Nested calls join the outer transaction."""
+        with self._lock:
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield
+                finally:
+                    self._depth -= 1
+                return
+            self._conn.execute("BEGIN IMMEDIATE")
+            vectors = getattr(self, "_vectors", None)
+            if vectors is not None:
+                vectors.begin()
+            self._depth = 1
+            try:
+                yield
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                if vectors is not None:
+                    vectors.rollback()
+                raise
+            else:
+                if vectors is not None:
+                    vectors.commit()
+            finally:
+                self._depth = 0
+
+    def _seq_of(self, node_id: str) -> int | None:
+        row = self._conn.execute("SELECT seq FROM nodes WHERE id = ?", (node_id,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def _index_text(self, seq: int, content: str) -> None:
+        self._conn.execute("INSERT INTO nodes_fts (rowid, body) VALUES (?, ?)", (seq, index_text(content)))
+
+    def _index_entities(self, node: Node) -> None:
+        maintenance.insert_entities(self._conn, node.id, node.seq, entity_keys(node))
+
+    # ------------------------------------------------------------------ nodes
+    def next_seq(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("SELECT COALESCE(MAX(seq), -1) + 1 FROM nodes").fetchone()[0])
+
+    def add_node(self, node: Node, embedding: np.ndarray) -> None:
+        vec = as_embedding(embedding, self.dim)
+        with self.transaction():
+            if self._seq_of(node.id) is not None:
+                raise DuplicateNodeError(node.id)
+            if self._conn.execute("SELECT 1 FROM nodes WHERE seq = ?", (node.seq,)).fetchone():
+                raise DuplicateNodeError(node.seq, "seq")
+            self._conn.execute(
+                f"INSERT INTO nodes ({schema.NODE_COLUMNS}, embedding) VALUES ({', '.join('?' * 15)})",
+                schema.node_row(node, vec),
+            )
+            self._index_text(node.seq, node.content)
+            self._index_entities(node)
+            self._vectors.add(node.seq, vec)
+            schema.bump_vector_generation(self._conn)
+
+    def get_node(self, node_id: str) -> Node | None:
+        with self._lock:
+            row = self._conn.execute(f"SELECT {schema.NODE_COLUMNS} FROM nodes WHERE id = ?", (node_id,)).fetchone()
+        return None if row is None else schema.row_node(row)
+
+    def get_nodes(self, node_ids: Sequence[str]) -> list[Node]:
+        found: dict[str, Node] = {}
+        unique = list(dict.fromkeys(node_ids))
+        with self._lock:
+            for start in range(0, len(unique), maintenance.PAGE):
+                chunk = unique[start : start + maintenance.PAGE]
+                sql = f"SELECT {schema.NODE_COLUMNS} FROM nodes WHERE id IN ({', '.join('?' * len(chunk))})"
+                for row in self._conn.execute(sql, chunk):
+                    node = schema.row_node(row)
+                    found[node.id] = node
+        return [found[i] for i in node_ids if i in found]
+
+    def update_node(self, node: Node, embedding: np.ndarray | None = None) -> None:
+        vec = None if embedding is None else as_embedding(embedding, self.dim)
+        with self.transaction():
+            seq = self._seq_of(node.id)
+            if seq is None:
+                raise NodeNotFoundError(node.id)
+            if seq != node.seq:
+                raise StoreError(f"seq of node {node.id!r} is immutable ({seq} -> {node.seq})")
+            row = schema.node_row(node, vec if vec is not None else np.zeros(self.dim, np.float32))
+            columns = schema.NODE_COLUMNS.split(", ")[2:] + (["embedding"] if vec is not None else [])
+            values = list(row[2 : 2 + len(columns)])
+            sets = ", ".join(f"{c} = ?" for c in columns)
+            self._conn.execute(f"UPDATE nodes SET {sets} WHERE id = ?", (*values, node.id))
+            self._conn.execute("DELETE FROM nodes_fts WHERE rowid = ?", (seq,))
+            self._index_text(seq, node.content)
+            self._conn.execute("DELETE FROM node_entities WHERE node_id = ?", (node.id,))
+            self._index_entities(node)
+            if vec is not None:
+                self._vectors.add(seq, vec)
+                schema.bump_vector_generation(self._conn)
+
+    def delete_node(self, node_id: str) -> bool:
+        with self.transaction():
+            seq = self._seq_of(node_id)
+            if seq is None:
+                return False
+            self._conn.execute("DELETE FROM nodes WHERE seq = ?", (seq,))  # edges and entities cascade
+            self._conn.execute("DELETE FROM nodes_fts WHERE rowid = ?", (seq,))
+            self._vectors.remove(seq)
+            schema.bump_vector_generation(self._conn)
+            return True
+
+    def iter_nodes(self) -> Iterator[Node]:
+        """All nodes in seq order, read a page at a time (the lock is not held between pages)."""
+        last = -(2**63)
+        while True:
+            with self._lock:
+                sql = f"SELECT {schema.NODE_COLUMNS} FROM nodes WHERE seq > ? ORDER BY seq LIMIT {maintenance.PAGE}"
+                rows = self._conn.execute(sql, (last,)).fetchall()
+            if not rows:
+                return
+            yield from (schema.row_node(r) for r in rows)
+            last = rows[-1][0]
+
+    def count_nodes(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM nodes").fetchone()[0])
+
+    def set_link_status(self, node_id: str, status: LinkStatus) -> None:
+        with self.transaction():
+            sql = "UPDATE nodes SET link_status = ? WHERE id = ?"
+            cur = self._conn.execute(sql, (LinkStatus(status).value, node_id))
+            if cur.rowcount == 0:
+                raise NodeNotFoundError(node_id)
+
+    def nodes_with_status(self, status: LinkStatus) -> list[str]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id FROM nodes WHERE link_status = ? ORDER BY seq", (LinkStatus(status).value,)
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    # ------------------------------------------------------------------ edges
+    def add_edge(self, edge: Edge) -> None:
+        """Insert or replace the edge (src, dst, relation)."""
+        with self.transaction():
+            for end in (edge.src, edge.dst):
+                if self._seq_of(end) is None:
+                    raise NodeNotFoundError(end)
+            self._conn.execute(
+                f"INSERT OR REPLACE INTO edges ({schema.EDGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                schema.edge_row(edge),
+            )
+
+    def remove_edge(self, src: str, dst: str, relation: str) -> bool:
+        with self.transaction():
+            sql = "DELETE FROM edges WHERE src = ? AND dst = ? AND relation = ?"
+            cur = self._conn.execute(sql, (src, dst, relation))
+            return cur.rowcount > 0
+
+    def _edges(self, column: str, node_id: str, relations: Sequence[str] | None, order: str) -> list[Edge]:
+        sql = f"SELECT {schema.EDGE_COLUMNS} FROM edges WHERE {column} = ?"
+        params: list[str] = [node_id]
+        if relations is not None:
+            relations = list(dict.fromkeys(relations))
+            if not relations:
+                return []
+            sql += f" AND relation IN ({', '.join('?' * len(relations))})"
+            params += relations
+        with self._lock:
+            rows = self._conn.execute(f"{sql} ORDER BY {order}", params).fetchall()
+        return [schema.row_edge(r) for r in rows]
+
+    def edges_from(self, node_id: str, relations: Sequence[str] | None = None) -> list[Edge]:
+        """Outgoing edges ordered by (dst, relation)."""
+        return self._edges("src", node_id, relations, "dst, relation")
+
+    def edges_to(self, node_id: str, relations: Sequence[str] | None = None) -> list[Edge]:
+        """Incoming edges (backlinks) ordered by (src, relation)."""
+        return self._edges("dst", node_id, relations, "src, relation")
+
+    def remove_edges(self, node_id: str, origin: EdgeOrigin) -> int:
+        """Remove the edges of `origin` touching `node_id` in either direction; returns how many."""
+        with self.transaction():
+            sql = "DELETE FROM edges WHERE (src = ? OR dst = ?) AND origin = ?"
+            cur = self._conn.execute(sql, (node_id, node_id, EdgeOrigin(origin).value))
+            return cur.rowcount
+
+    def count_edges(self) -> dict[str, int]:
+        with self._lock:
+            sql = "SELECT relation, COUNT(*) FROM edges GROUP BY relation ORDER BY relation"
+            rows = self._conn.execute(sql).fetchall()
+        return {r[0]: int(r[1]) for r in rows}
+
+    # ------------------------------------------------------------------ retrieval channels
+    def _ids_by_seq(self, seqs: Sequence[int]) -> dict[int, str]:
+        if not seqs:
+            return {}
+        sql = f"SELECT seq, id FROM nodes WHERE seq IN ({', '.join('?' * len(seqs))})"
+        return {int(s): i for s, i in self._conn.execute(sql, list(seqs))}
+
+    def vector_search(self, query: np.ndarray, k: int) -> list[tuple[str, float]]:
+        q = as_embedding(query, self.dim)
+        with self._lock:
+            hits = self._vectors.search(q, k)
+            ids = self._ids_by_seq([s for s, _ in hits])
+        return [(ids[s], score) for s, score in hits if s in ids]
+
+    def text_search(self, query: str, k: int) -> list[tuple[str, float]]:
+        """BM25 via FTS5 `bm25()` (k1=1.2, b=0.75); the MATCH expression is built from quoted tokens only."""
+        match = fts_query(query)
+        if not match or k <= 0:
+            return []
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT rowid, bm25(nodes_fts) AS rank FROM nodes_fts WHERE nodes_fts MATCH ? "
+                "ORDER BY rank, rowid LIMIT ?",
+                (match, k),
+            ).fetchall()
+            ids = self._ids_by_seq([int(r[0]) for r in rows])
+        return [(ids[int(s)], -float(rank)) for s, rank in rows if int(s) in ids]
+
+    def nodes_with_entity(self, entity: str, limit: int) -> list[str]:
+        """Nodes carrying `entity` (case-insensitive), most recent (highest seq) first."""
+        if limit <= 0:
+            return []
+        with self._lock:
+            sql = "SELECT node_id FROM node_entities WHERE entity = ? ORDER BY seq DESC LIMIT ?"
+            rows = self._conn.execute(sql, (entity_key(entity), limit)).fetchall()
+        return [r[0] for r in rows]
+
+    def nodes_near_time(self, seq: int, window: int) -> list[str]:
+        """Nodes whose seq differs from `seq` by 1..window, nearest first (earlier first on ties)."""
+        if window <= 0:
+            return []
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT seq, id FROM nodes WHERE seq BETWEEN ? AND ? AND seq != ?", (seq - window, seq + window, seq)
+            ).fetchall()
+        return [i for s, i in sorted(rows, key=lambda r: (abs(r[0] - seq), r[0]))]
+
+    def embedding(self, node_id: str) -> np.ndarray | None:
+        with self._lock:
+            row = self._conn.execute("SELECT embedding FROM nodes WHERE id = ?", (node_id,)).fetchone()
+        return None if row is None else schema.blob_vector(row[0], self.dim)
+
+    # ------------------------------------------------------------------ maintenance
+    def check(self) -> list[str]:
+        """Consistency problems, each prefixed by the part it concerns (empty list = consistent)."""
+        with self._lock:
+            vectors = getattr(self, "_vectors", None)
+            return maintenance.find_problems(self._conn, self.dim, None if vectors is None else vectors.ids())
+
+    def rebuild_vectors(self) -> None:
+        """Rebuild the faiss index from the embedding BLOBs in SQLite."""
+        with self._lock:
+            pages = maintenance.pages(self._conn, "SELECT seq, embedding FROM nodes")
+            rows = [r for page in pages for r in page if len(r[1]) == 4 * self.dim]  # check() reports the others
+            matrix = np.zeros((len(rows), self.dim), np.float32)
+            for i, (_, blob) in enumerate(rows):
+                matrix[i] = schema.blob_vector(blob, self.dim)
+            self._vectors.reset(np.array([r[0] for r in rows], dtype=np.int64), matrix)
+
+    def close(self) -> None:
+        """Save the vector index (when persisted) and close the connection. Safe to call twice."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                if self._persist_vectors and hasattr(self, "_vectors"):
+                    self._vectors.save(self.vectors_path, self._generation())
+            finally:
+                self._conn.close()
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

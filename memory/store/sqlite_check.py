@@ -1,0 +1,82 @@
+"""Consistency checks and repairs of the SQLite store's derived data (FTS rows, entity rows).
+
+Each problem is a string prefixed by the part it concerns ("fts:", "vectors:", "edges:", "entities:",
+"embeddings:"), so the store knows which part to rebuild. Only "embeddings:" cannot be derived again.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+from memory.store import sqlite_schema as schema
+from memory.store._common import entity_keys, index_text
+
+PAGE = 512  # rows per page when iterating or rebuilding
+DERIVED = ("fts:", "vectors:", "edges:", "entities:")
+
+
+def pages(conn: sqlite3.Connection, select: str) -> Iterator[list[Any]]:
+    """Rows of `select` (a SELECT on `nodes` whose first column is seq) in seq order, a page at a time."""
+    last = -(2**63)
+    while True:
+        rows = conn.execute(f"{select} WHERE seq > ? ORDER BY seq LIMIT {PAGE}", (last,)).fetchall()
+        if not rows:
+            return
+        yield rows
+        last = rows[-1][0]
+
+
+def find_problems(conn: sqlite3.Connection, dim: int, vector_ids: set[int] | None) -> list[str]:
+    """Problems in the database (and, given its ids, the vector index). Empty list = consistent."""
+    problems: list[str] = []
+    q = conn.execute
+    seqs = {int(r[0]) for r in q("SELECT seq FROM nodes")}
+    bad = q("SELECT COUNT(*) FROM nodes WHERE length(embedding) != ?", (4 * dim,)).fetchone()[0]
+    if bad:
+        problems.append(f"embeddings: {bad} nodes have a BLOB that is not {dim} float32 values")
+    try:
+        fts = {int(r[0]) for r in q("SELECT rowid FROM nodes_fts")}
+        q("INSERT INTO nodes_fts (nodes_fts) VALUES ('integrity-check')")
+    except sqlite3.DatabaseError as exc:
+        problems.append(f"fts: index is damaged ({exc})")
+    else:
+        if fts != seqs:
+            problems.append(f"fts: {len(fts)} rows for {len(seqs)} nodes ({len(fts ^ seqs)} differ)")
+    if vector_ids is not None and vector_ids != seqs:
+        differ = len(vector_ids ^ seqs)
+        problems.append(f"vectors: {len(vector_ids)} vectors for {len(seqs)} nodes ({differ} differ)")
+    dangling = q(
+        "SELECT COUNT(*) FROM edges WHERE src NOT IN (SELECT id FROM nodes) OR dst NOT IN (SELECT id FROM nodes)"
+    ).fetchone()[0]
+    if dangling:
+        problems.append(f"edges: {dangling} edges have a missing endpoint")
+    orphans = q("SELECT COUNT(*) FROM node_entities WHERE node_id NOT IN (SELECT id FROM nodes)").fetchone()[0]
+    if orphans:
+        problems.append(f"entities: {orphans} entity rows point at missing nodes")
+    return problems
+
+
+def rebuild_fts(conn: sqlite3.Connection) -> None:
+    """Drop the FTS5 table (whatever state it is in) and fill it again from `nodes`."""
+    conn.execute("DROP TABLE IF EXISTS nodes_fts")
+    conn.execute(schema.FTS_DDL)
+    for rows in pages(conn, "SELECT seq, content FROM nodes"):
+        conn.executemany("INSERT INTO nodes_fts (rowid, body) VALUES (?, ?)", [(s, index_text(c)) for s, c in rows])
+
+
+def insert_entities(conn: sqlite3.Connection, node_id: str, seq: int, keys: list[str]) -> None:
+    conn.executemany(
+        "INSERT INTO node_entities (entity, node_id, seq) VALUES (?, ?, ?)", [(k, node_id, seq) for k in keys]
+    )
+
+
+def rebuild_links(conn: sqlite3.Connection) -> None:
+    """Drop edges with a missing endpoint and rebuild the entity rows from `nodes`."""
+    conn.execute("DELETE FROM edges WHERE src NOT IN (SELECT id FROM nodes) OR dst NOT IN (SELECT id FROM nodes)")
+    conn.execute("DELETE FROM node_entities")
+    for rows in pages(conn, f"SELECT {schema.NODE_COLUMNS} FROM nodes"):
+        for row in rows:
+            node = schema.row_node(row)
+            insert_entities(conn, node.id, node.seq, entity_keys(node))

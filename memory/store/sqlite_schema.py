@@ -1,0 +1,195 @@
+"""Schema of the SQLite store and the row <-> value conversions.
+
+`nodes.seq` is the rowid: the FTS5 rowid and the faiss id are the same number. The FTS5 table holds each node's
+`tokenize` tokens (not its raw text), so FTS5 sees exactly the tokens `controller.lexical` produces and a query
+built from those tokens matches the same way in both stores.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memory.store.errors import StoreConfigError
+from memory.types import Edge, EdgeOrigin, LinkStatus, Node
+
+SCHEMA_VERSION = 1
+
+DDL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS nodes (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    content TEXT NOT NULL,
+    observed_at TEXT,
+    event_time TEXT,
+    speaker TEXT,
+    source_ids TEXT NOT NULL,
+    entities TEXT NOT NULL,
+    types TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    link_status TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    superseded_by TEXT,
+    kind TEXT NOT NULL,
+    embedding BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS nodes_link_status ON nodes (link_status, seq);
+CREATE TABLE IF NOT EXISTS edges (
+    src TEXT NOT NULL REFERENCES nodes (id) ON DELETE CASCADE,
+    dst TEXT NOT NULL REFERENCES nodes (id) ON DELETE CASCADE,
+    relation TEXT NOT NULL,
+    origin TEXT NOT NULL,
+    weight REAL NOT NULL,
+    src_fingerprint TEXT,
+    dst_fingerprint TEXT,
+    attrs TEXT NOT NULL,
+    PRIMARY KEY (src, dst, relation)
+);
+CREATE INDEX IF NOT EXISTS edges_dst ON edges (dst, src, relation);
+CREATE TABLE IF NOT EXISTS node_entities (
+    entity TEXT NOT NULL,
+    node_id TEXT NOT NULL REFERENCES nodes (id) ON DELETE CASCADE,
+    seq INTEGER NOT NULL,
+    PRIMARY KEY (entity, node_id)
+);
+CREATE INDEX IF NOT EXISTS node_entities_recent ON node_entities (entity, seq);
+CREATE INDEX IF NOT EXISTS node_entities_node ON node_entities (node_id);
+"""
+
+FTS_DDL = "CREATE VIRTUAL TABLE IF NOT EXISTS nodes_fts USING fts5(body, tokenize = 'unicode61')"
+
+NODE_COLUMNS = (
+    "seq, id, content, observed_at, event_time, speaker, source_ids, entities, types, fingerprint, "
+    "link_status, metadata, superseded_by, kind"
+)
+EDGE_COLUMNS = "src, dst, relation, origin, weight, src_fingerprint, dst_fingerprint, attrs"
+
+
+def create(conn: sqlite3.Connection) -> None:
+    """Create the tables that do not exist yet (call inside a transaction)."""
+    for statement in DDL.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    conn.execute(FTS_DDL)
+
+
+def _meta(conn: sqlite3.Connection, key: str) -> str | None:
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return None if row is None else row[0]
+
+
+def _set_meta(conn: sqlite3.Connection, key: str, value: object) -> None:
+    sql = "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+    conn.execute(sql, (key, str(value)))
+
+
+def check_meta(conn: sqlite3.Connection, path: Path, dim: int, embedder: str | None) -> str | None:
+    """Record the settings of a new store, or check them against an existing one. Returns the embedder name."""
+    version = _meta(conn, "schema_version")
+    if version is None:
+        _set_meta(conn, "schema_version", SCHEMA_VERSION)
+        _set_meta(conn, "dim", dim)
+        _set_meta(conn, "vector_generation", 0)
+    elif int(version) != SCHEMA_VERSION:
+        raise StoreConfigError(f"unsupported schema version {version} in {path}", SCHEMA_VERSION, int(version))
+    stored_dim = int(_meta(conn, "dim") or dim)
+    if stored_dim != dim:
+        raise StoreConfigError(f"store {path} holds {stored_dim}-d vectors, not {dim}", dim, stored_dim)
+    stored = _meta(conn, "embedder")
+    if embedder is not None and stored is not None and stored != embedder:
+        raise StoreConfigError(f"store {path} was embedded with {stored!r}, not {embedder!r}", embedder, stored)
+    if embedder is not None and stored is None:
+        _set_meta(conn, "embedder", embedder)
+    return embedder if stored is None else stored
+
+
+def vector_generation(conn: sqlite3.Connection) -> int:
+    """A counter bumped by every write that changes a vector; a saved faiss index remembers the value."""
+    return int(_meta(conn, "vector_generation") or 0)
+
+
+def bump_vector_generation(conn: sqlite3.Connection) -> None:
+    conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'vector_generation'")
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def _time(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
+
+
+def node_row(node: Node, embedding: np.ndarray) -> tuple[Any, ...]:
+    """Values for `INSERT INTO nodes (NODE_COLUMNS, embedding)`."""
+    return (
+        node.seq,
+        node.id,
+        node.content,
+        _time(node.observed_at),
+        _time(node.event_time),
+        node.speaker,
+        _json(list(node.source_ids)),
+        _json(list(node.entities)),
+        _json(node.types),
+        node.fingerprint,
+        LinkStatus(node.link_status).value,
+        _json(node.metadata),
+        node.superseded_by,
+        node.kind,
+        np.ascontiguousarray(embedding, dtype=np.float32).tobytes(),
+    )
+
+
+def row_node(row: sqlite3.Row | tuple[Any, ...]) -> Node:
+    """Inverse of `node_row` for a row selected with NODE_COLUMNS."""
+    (seq, node_id, content, observed_at, event_time, speaker, source_ids, entities, types, fingerprint,
+     link_status, metadata, superseded_by, kind) = tuple(row)  # fmt: skip
+    return Node(
+        id=node_id,
+        content=content,
+        observed_at=_parse_time(observed_at),
+        event_time=_parse_time(event_time),
+        speaker=speaker,
+        source_ids=tuple(json.loads(source_ids)),
+        entities=tuple(json.loads(entities)),
+        types=json.loads(types),
+        fingerprint=fingerprint,
+        seq=seq,
+        link_status=LinkStatus(link_status),
+        metadata=json.loads(metadata),
+        superseded_by=superseded_by,
+        kind=kind,
+    )
+
+
+def edge_row(edge: Edge) -> tuple[Any, ...]:
+    return (
+        edge.src,
+        edge.dst,
+        edge.relation,
+        EdgeOrigin(edge.origin).value,
+        float(edge.weight),
+        edge.src_fingerprint,
+        edge.dst_fingerprint,
+        _json(edge.attrs),
+    )
+
+
+def row_edge(row: sqlite3.Row | tuple[Any, ...]) -> Edge:
+    src, dst, relation, origin, weight, src_fp, dst_fp, attrs = tuple(row)
+    return Edge(src, dst, relation, EdgeOrigin(origin), weight, src_fp, dst_fp, json.loads(attrs))
+
+
+def blob_vector(blob: bytes, dim: int) -> np.ndarray:
+    return np.frombuffer(blob, dtype=np.float32, count=dim).copy()

@@ -1,0 +1,107 @@
+"""Read-path building blocks: hybrid seeds, budgeted expansion along one view, batched relevance judging.
+
+A `Candidate` is a node met during one query with how it was reached (`via`, `depth`), its structural score
+(normalised seed RRF, or decayed from the node it was expanded from) and, once judged, the controller's
+`relevant` / `bridge` probabilities.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from memory.config import EngineConfig
+from memory.control import Controller, clipped, keyed, memory_state, noul
+from memory.store.base import Store
+from memory.types import Edge, EdgeOrigin, Node
+
+
+@dataclass
+class Candidate:
+    node: Node
+    via: str  # "seed:bm25", "seed:vector", "expand:<view>"
+    depth: int
+    structure: float  # in [0, 1]
+    relevant: float | None = None
+    bridge: float | None = None
+
+    @property
+    def promise(self) -> float:
+        """How worth expanding a judged candidate is."""
+        return max(self.relevant or 0.0, self.bridge or 0.0)
+
+
+def hybrid_seeds(store: Store, embedding: np.ndarray, query: str, config: EngineConfig) -> list[Candidate]:
+    """The fused pool, best first: RRF of BM25 (weight 1) and vector (weight `dense_weight`), k = rrf_k."""
+    lexical = [i for i, _ in store.text_search(query, config.seed_pool)]
+    dense = [i for i, _ in store.vector_search(embedding, config.seed_pool)] if config.dense_weight > 0 else []
+    score: dict[str, float] = {}
+    best: dict[str, tuple[int, str]] = {}
+    for name, ids, weight in (("bm25", lexical, 1.0), ("vector", dense, config.dense_weight)):
+        for rank, node_id in enumerate(ids):
+            score[node_id] = score.get(node_id, 0.0) + weight / (config.rrf_k + rank + 1)
+            if node_id not in best or rank < best[node_id][0]:
+                best[node_id] = (rank, name)
+    top = (1.0 + config.dense_weight) / (config.rrf_k + 1)
+    order = sorted(score, key=lambda i: (-score[i], best[i][0], i))[: config.seed_pool]
+    nodes = {n.id: n for n in store.get_nodes(order)}
+    return [Candidate(nodes[i], f"seed:{best[i][1]}", 0, score[i] / top) for i in order if i in nodes]
+
+
+def current(edge: Edge, a: Node, b: Node) -> bool:
+    """An inferred edge counts only while both texts still have the fingerprints it was judged on."""
+    if edge.origin != EdgeOrigin.INFERRED:
+        return True
+    fingerprints = {edge.src: edge.src_fingerprint, edge.dst: edge.dst_fingerprint}
+    return all(fingerprints.get(n.id) in (None, n.fingerprint) for n in (a, b))
+
+
+def expand_view(
+    store: Store,
+    frontier: Sequence[Candidate],
+    view: str,
+    relations: Sequence[str],
+    budget: int,
+    claimed: set[str],
+    depth: int,
+    config: EngineConfig,
+) -> list[Candidate]:
+    """New candidates along `relations` (both directions) from the frontier, strongest edges first."""
+    found: list[Candidate] = []
+    for parent in frontier:
+        if len(found) >= budget:
+            break
+        edges = [*store.edges_from(parent.node.id, relations), *store.edges_to(parent.node.id, relations)]
+        edges.sort(key=lambda e: (-e.weight, e.relation, e.src, e.dst))
+        others = [e.dst if e.src == parent.node.id else e.src for e in edges]
+        wanted = [o for o in dict.fromkeys(others) if o not in claimed]
+        nodes = {n.id: n for n in store.get_nodes(wanted)}
+        taken = 0
+        for edge, other in zip(edges, others):
+            if len(found) >= budget or taken >= config.expand_per_node:
+                break
+            node = nodes.get(other)
+            if node is None or other in claimed or not current(edge, parent.node, node):
+                continue
+            claimed.add(other)
+            taken += 1
+            structure = config.expand_decay * parent.structure * min(max(edge.weight, 0.0), 1.0)
+            found.append(Candidate(node, f"expand:{view}", depth, structure))
+    return found
+
+
+def judge(controller: Controller, query: str, candidates: Sequence[Candidate], config: EngineConfig) -> None:
+    """One batched call: RELEVANCE Nouls per candidate (keys candidate_{i}_relevant / _bridge)."""
+    if not candidates:
+        return
+    requests = []
+    for i, cand in enumerate(candidates):
+        memory = memory_state(cand.node)
+        memory["content"] = clipped(memory["content"], config.max_evidence_chars)
+        requests.append(({"query": query, "memory": memory}, keyed(f"candidate_{i}_", "relevance", ("relevant", "bridge"))))
+    answers = controller.ask_batch(requests)
+    for i, (cand, ans) in enumerate(zip(candidates, answers)):
+        cand.relevant = noul(ans, f"candidate_{i}_relevant")
+        cand.bridge = noul(ans, f"candidate_{i}_bridge")

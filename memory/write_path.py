@@ -1,0 +1,264 @@
+"""The write path in explicit phases (context -> retrieve -> decide -> apply), each a small function.
+
+    make_node           validate, id, fingerprint, entities                       (no I/O)
+    type_node           one controller request: the four TYPING Nouls
+    discover_candidates memory/candidates.py                                      (store reads only)
+    deterministic_edges timestamp order -> temporal / temporal_next; shared entity ids -> entity
+    assess_pairs        one batched controller call: PAIR questions per candidate -> inferred edges + status
+
+Nothing here writes to the store; `Engine.write` applies the plan inside one transaction. The model's output
+never names an id or relation: keys are ours, answers are validated, edges are built by this code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from controller.errors import BackendError, InputTooLongError
+from controller.families import MEMORY_TYPES, TEMPORAL_RELATIONS
+from memory.candidates import linkable_entities
+from memory.config import EngineConfig
+from memory.control import Controller, choice, fits, keyed, memory_state, noul
+from memory.entities import clean_entities, extract_entities
+from memory.errors import ControllerOutputError, InvalidObservationError
+from memory.store.base import Store
+from memory.types import Edge, EdgeOrigin, LinkStatus, Node, Observation
+
+log = logging.getLogger(__name__)
+
+# Inferred relation -> (question name, edge runs new->candidate?). causal asks "did memory_b cause memory_a",
+# so its edge runs from the candidate (cause) to the new node (effect).
+NOUL_RELATIONS: tuple[tuple[str, bool], ...] = (
+    ("semantic", True),
+    ("causal", False),
+    ("same_episode", True),
+    ("update", True),
+    ("entity_equivalence", True),
+)
+
+
+def fingerprint(content: str) -> str:
+    return hashlib.blake2b(content.encode("utf-8"), digest_size=16).hexdigest()
+
+
+def node_id_for(seq: int, obs: Observation) -> str:
+    """Content-addressed and reproducible: the same observation at the same position gets the same id."""
+    when = obs.observed_at.isoformat() if obs.observed_at else ""
+    key = f"{seq}\x00{obs.speaker or ''}\x00{when}\x00{obs.content}"
+    return hashlib.blake2b(key.encode("utf-8"), digest_size=8).hexdigest()
+
+
+def make_node(obs: Observation, *, seq: int, config: EngineConfig, known_names: Iterable[str] = ()) -> Node:
+    """Phase 1: a validated node (not yet typed or stored)."""
+    if not isinstance(obs, Observation):
+        raise InvalidObservationError(f"expected an Observation, got {type(obs).__name__}", obs)
+    if not isinstance(obs.content, str) or not obs.content.strip():
+        raise InvalidObservationError("an observation needs non-empty text", obs.content)
+    for name in ("observed_at", "event_time"):
+        value = getattr(obs, name)
+        if value is not None and not isinstance(value, datetime):
+            raise InvalidObservationError(f"{name} must be a datetime or None, got {type(value).__name__}", value)
+    if obs.speaker is not None and not isinstance(obs.speaker, str):
+        raise InvalidObservationError(f"speaker must be text or None, got {type(obs.speaker).__name__}", obs.speaker)
+    if obs.entities is None:
+        entities = extract_entities(obs.content, speaker=obs.speaker, known_names=known_names, limit=config.max_entities)
+    else:
+        entities = clean_entities(obs.entities, limit=config.max_entities)
+    metadata = dict(obs.metadata)
+    if obs.entities is not None:
+        metadata["entities_given"] = True
+    return Node(
+        id=node_id_for(seq, obs),
+        content=obs.content,
+        observed_at=obs.observed_at,
+        event_time=obs.event_time,
+        speaker=obs.speaker,
+        source_ids=tuple(str(s) for s in obs.source_ids),
+        entities=entities,
+        types={},
+        fingerprint=fingerprint(obs.content),
+        seq=seq,
+        link_status=LinkStatus.RELATIONS_PENDING,
+        metadata=metadata,
+    )
+
+
+def type_node(controller: Controller, content: str, config: EngineConfig) -> dict[str, float]:
+    """Phase 2: the four independent type scores. Raises BackendError / ControllerOutputError."""
+    answers = controller.ask({"observation": content[: config.max_memory_chars]}, keyed("", "typing", MEMORY_TYPES))
+    return {name: noul(answers, name) for name in MEMORY_TYPES}
+
+
+# ---------------------------------------------------------------- deterministic edges
+def time_of(node: Node) -> datetime | None:
+    value = node.event_time or node.observed_at
+    if value is not None and value.tzinfo is not None:
+        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+    return value
+
+
+def _order(a: datetime, b: datetime) -> str:
+    return "before" if a < b else "after" if a > b else "same_time"
+
+
+@dataclass
+class EdgePlan:
+    add: list[Edge] = field(default_factory=list)
+    remove: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+def temporal_chain(store: Store, node: Node, config: EngineConfig) -> EdgePlan:
+    """`temporal_next` from the previous node in time (and to the next one if the node lands in between)."""
+    plan = EdgePlan()
+    near = [n for n in store.get_nodes(store.nodes_near_time(node.seq, max(config.temporal_window, 8)))
+            if n.kind == "observation" and n.id != node.id]
+    when = time_of(node)
+    if when is None:
+        earlier = [n for n in near if n.seq < node.seq]
+        prev = max(earlier, key=lambda n: n.seq, default=None)
+        nxt = None
+    else:
+        timed = [(time_of(n), n.seq, n) for n in near if time_of(n) is not None]
+        prev = max((t for t in timed if (t[0], t[1]) < (when, node.seq)), key=lambda t: (t[0], t[1]), default=(None, 0, None))[2]
+        nxt = min((t for t in timed if (t[0], t[1]) > (when, node.seq)), key=lambda t: (t[0], t[1]), default=(None, 0, None))[2]
+    if prev is not None:
+        plan.add.append(Edge(prev.id, node.id, "temporal_next", EdgeOrigin.DETERMINISTIC))
+    if nxt is not None:
+        plan.add.append(Edge(node.id, nxt.id, "temporal_next", EdgeOrigin.DETERMINISTIC))
+        if prev is not None:
+            plan.remove.append((prev.id, nxt.id, "temporal_next"))
+    return plan
+
+
+def entity_edges(store: Store, node: Node, config: EngineConfig) -> list[Edge]:
+    """`entity` edges to the most recent few nodes per shared entity id (attrs list the shared ids)."""
+    shared: dict[str, list[str]] = {}
+    for entity in linkable_entities(node.entities, node.speaker, config):
+        if config.entity_edge_limit == 0:
+            break
+        near = [o for o in store.nodes_with_entity(entity, config.entity_edge_limit + 1) if o != node.id]
+        for other in near[: config.entity_edge_limit]:
+            ents = shared.setdefault(other, [])
+            if entity not in ents:
+                ents.append(entity)
+    kinds = {n.id: n.kind for n in store.get_nodes(list(shared))}
+    return [
+        Edge(node.id, other, "entity", EdgeOrigin.DETERMINISTIC, attrs={"entities": ents})
+        for other, ents in shared.items()
+        if kinds.get(other) == "observation"
+    ]
+
+
+def temporal_edges(node: Node, candidates: Sequence[Node]) -> list[Edge]:
+    """A `temporal` edge to each candidate when both timestamps are known (attrs: order of the new node)."""
+    when = time_of(node)
+    out = []
+    for cand in candidates:
+        other = time_of(cand)
+        if when is not None and other is not None:
+            out.append(Edge(node.id, cand.id, "temporal", EdgeOrigin.DETERMINISTIC, attrs={"order": _order(when, other)}))
+    return out
+
+
+def add_unless_explicit(store: Store, edges: Iterable[Edge]) -> int:
+    """Add derived edges, never overwriting an authored edge with the same (src, dst, relation)."""
+    written = 0
+    authored: dict[str, set[tuple[str, str]]] = {}
+    for edge in edges:
+        if edge.src not in authored:
+            authored[edge.src] = {(e.dst, e.relation) for e in store.edges_from(edge.src) if e.origin == EdgeOrigin.EXPLICIT}
+        if (edge.dst, edge.relation) not in authored[edge.src]:
+            store.add_edge(edge)
+            written += 1
+    return written
+
+
+# ---------------------------------------------------------------- pair judgments
+@dataclass(frozen=True)
+class PairPlan:
+    index: int
+    candidate: Node
+    questions: dict[str, dict[str, Any]]
+    ask_entity_equivalence: bool
+    ask_temporal: bool
+
+
+@dataclass(frozen=True)
+class Assessment:
+    edges: tuple[Edge, ...]
+    status: LinkStatus
+    judged: tuple[str, ...]  # candidate ids whose pair questions were answered
+    over_budget: tuple[str, ...]  # candidate ids not sent because of the state-size bound
+    questions: int
+    error: str | None = None
+
+
+def plan_pairs(node: Node, candidates: Sequence[Node], config: EngineConfig) -> tuple[list[PairPlan], list[str]]:
+    """Which questions each candidate pair gets; candidates over the state bound are set aside."""
+    if not fits(node, config.max_memory_chars):
+        return [], [c.id for c in candidates]
+    plans: list[PairPlan] = []
+    over: list[str] = []
+    mine = set(linkable_entities(node.entities, node.speaker, config))
+    for cand in candidates:
+        if not fits(cand, config.max_memory_chars):
+            over.append(cand.id)
+            continue
+        i = len(plans)
+        theirs = set(linkable_entities(cand.entities, cand.speaker, config))
+        ask_eq = bool(mine - theirs) and bool(theirs - mine) and not (mine & theirs)
+        ask_temporal = time_of(node) is None or time_of(cand) is None
+        names = ["semantic", "causal", "same_episode", "update"]
+        if ask_eq:
+            names.append("entity_equivalence")
+        if ask_temporal:
+            names.append("temporal")
+        plans.append(PairPlan(i, cand, keyed(f"pair_{i}_", "pair", names), ask_eq, ask_temporal))
+    return plans, over
+
+
+def edges_from_answers(node: Node, plan: PairPlan, answers: Any, config: EngineConfig) -> list[Edge]:
+    """Validated answers -> inferred edges above their thresholds (ids and relations come from the plan)."""
+    cand = plan.candidate
+    edges: list[Edge] = []
+    for relation, forward in NOUL_RELATIONS:
+        if relation == "entity_equivalence" and not plan.ask_entity_equivalence:
+            continue
+        p = noul(answers, f"pair_{plan.index}_{relation}")
+        if p >= config.tau(relation):
+            src, dst = (node, cand) if forward else (cand, node)
+            edges.append(Edge(src.id, dst.id, relation, EdgeOrigin.INFERRED, p, src.fingerprint, dst.fingerprint))
+    if plan.ask_temporal:
+        label, probs = choice(answers, f"pair_{plan.index}_temporal", TEMPORAL_RELATIONS)
+        if label != "unknown" and probs[label] >= config.tau_temporal:
+            edges.append(Edge(node.id, cand.id, "temporal", EdgeOrigin.INFERRED, probs[label], node.fingerprint,
+                              cand.fingerprint, attrs={"order": label}))
+    return edges
+
+
+def assess_pairs(controller: Controller, node: Node, candidates: Sequence[Node], config: EngineConfig) -> Assessment:
+    """Phase 5: one batched controller call for all candidate pairs; failures become statuses, not guesses."""
+    if not candidates:
+        return Assessment((), LinkStatus.EMPTY_SHORTLIST, (), (), 0)
+    plans, over = plan_pairs(node, candidates, config)
+    if not plans:
+        return Assessment((), LinkStatus.OVER_BUDGET, (), tuple(over), 0)
+    mine = memory_state(node)
+    requests = [({"memory_a": mine, "memory_b": memory_state(p.candidate)}, p.questions) for p in plans]
+    asked = sum(len(p.questions) for p in plans)
+    try:
+        answers = controller.ask_batch(requests)
+        edges = [e for plan, ans in zip(plans, answers) for e in edges_from_answers(node, plan, ans, config)]
+    except InputTooLongError as error:
+        log.info("pair state of %s over the controller's input limit: %s", node.id, error)
+        return Assessment((), LinkStatus.OVER_BUDGET, (), tuple(c.id for c in candidates), 0, str(error))
+    except (BackendError, ControllerOutputError) as error:
+        log.warning("pair judgments for %s pending: %s", node.id, error)
+        return Assessment((), LinkStatus.RELATIONS_PENDING, (), tuple(over), asked, f"{type(error).__name__}: {error}")
+    judged = tuple(p.candidate.id for p in plans)
+    return Assessment(tuple(edges), LinkStatus.ASSESSED, judged, tuple(over), asked)

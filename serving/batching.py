@@ -1,0 +1,242 @@
+"""Cross-request micro-batching: a bounded queue in front of one backend worker.
+
+Stages: the request handler plans (validates, deduplicates) on the event loop and submits the key-free
+`BackendRequest`; the worker forms a batch and runs ONE `backend.answer(batch)` call in its own thread; the
+handler post-processes its own result (`finish_request`). While a forward pass runs, new requests queue up,
+so under load batches grow by themselves (greedy batching); `max_wait_s` only adds a short wait for company
+when the queue is shallow. Batching off is the same pipeline with `max_batch_size=1, max_wait_s=0`.
+
+Failure modes never hang: a full queue raises `OverloadedError` (429) at once, a request that misses its
+deadline raises `RequestTimeoutError` (503) and is dropped from the queue, a closed batcher raises
+`NotReadyError` (503). A request-level error inside a batch (too long, unsupported) does not fail its
+neighbours: the batch is retried one request at a time so each gets its own result or error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from controller.backend import Backend, BackendRequest, BackendResult
+from controller.errors import BackendError, BackendUnavailableError, InvalidRequestError
+from serving.errors import NotReadyError, OverloadedError, RequestTimeoutError
+from serving.metrics import ServerMetrics
+
+log = logging.getLogger(__name__)
+
+_EWMA = 0.2  # weight of the newest forward duration in the service-time estimate
+
+
+@dataclass
+class _Job:
+    request: BackendRequest
+    future: asyncio.Future[BackendResult]
+    enqueued: float = field(default_factory=time.monotonic)
+
+
+class Batcher:
+    """Owns the queue and the single forward worker for one backend."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        max_batch_size: int = 32,
+        max_wait_s: float = 0.002,
+        queue_size: int = 256,
+        metrics: ServerMetrics | None = None,
+    ) -> None:
+        if max_batch_size < 1 or queue_size < 1 or max_wait_s < 0:
+            raise ValueError("max_batch_size and queue_size must be >= 1 and max_wait_s >= 0")
+        self.backend = backend
+        self.max_batch_size = max_batch_size
+        self.max_wait_s = max_wait_s
+        self.queue_size = queue_size
+        self.metrics = metrics or ServerMetrics()
+        self._queue: deque[_Job] = deque()
+        self._arrived = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._accepting = False
+        self._worker: asyncio.Task[None] | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._service_s = 0.05  # EWMA of one forward call, seeds the retry-after estimate
+        self.batches = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        if self._worker is not None:
+            return
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jevmem-forward")
+        self._accepting = True
+        self._worker = asyncio.create_task(self._run(), name="jevmem-batcher")
+
+    async def close(self, drain_timeout_s: float = 10.0) -> None:
+        """Stop accepting, let queued requests finish for up to `drain_timeout_s`, then fail the rest."""
+        self._accepting = False
+        deadline = time.monotonic() + drain_timeout_s
+        while (self._queue or not self._idle.is_set()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        leftover = 0
+        while self._queue:
+            job = self._queue.popleft()
+            if not job.future.done():
+                job.future.set_exception(NotReadyError("the server is shutting down", retry_after_ms=1000))
+                leftover += 1
+        if leftover:
+            log.warning("shutdown: %d queued requests were not answered within %.1fs", leftover, drain_timeout_s)
+        if self._worker is not None:
+            self._worker.cancel()
+            try:
+                await self._worker
+            except asyncio.CancelledError:
+                pass
+            self._worker = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        self.metrics.queue_depth.set(0)
+
+    @property
+    def accepting(self) -> bool:
+        return self._accepting
+
+    @property
+    def depth(self) -> int:
+        return len(self._queue)
+
+    def retry_after_ms(self) -> int:
+        """How long until the queue ahead of a new request has likely drained."""
+        rounds = math.ceil((len(self._queue) + 1) / self.max_batch_size)
+        return int(min(10_000, max(100, rounds * self._service_s * 1000)))
+
+    # ------------------------------------------------------------------ submit
+    async def submit(self, request: BackendRequest, timeout_s: float) -> BackendResult:
+        """Queue one request and wait for its result (or its own error)."""
+        if not self._accepting:
+            raise NotReadyError("the server is not accepting requests (starting or shutting down)", retry_after_ms=1000)
+        if len(self._queue) >= self.queue_size:
+            raise OverloadedError(
+                f"the server is overloaded ({len(self._queue)} requests queued); retry later",
+                retry_after_ms=self.retry_after_ms(),
+            )
+        job = _Job(request, asyncio.get_running_loop().create_future())
+        self._queue.append(job)
+        self.metrics.queue_depth.set(len(self._queue))
+        self._arrived.set()
+        try:
+            return await asyncio.wait_for(asyncio.shield(job.future), timeout_s)
+        except TimeoutError as error:
+            raise RequestTimeoutError(
+                f"no answer within the server's deadline of {timeout_s:g}s; retry later", retry_after_ms=self.retry_after_ms()
+            ) from error
+        finally:
+            if not job.future.done():  # timed out or the client went away: the worker skips it
+                job.future.cancel()
+                self._discard(job)
+
+    async def submit_many(self, requests: Sequence[BackendRequest], timeout_s: float) -> list[BackendResult]:
+        """Queue several requests (they may land in different batches); the first error is raised."""
+        outcomes = await asyncio.gather(*(self.submit(r, timeout_s) for r in requests), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return list(outcomes)  # type: ignore[arg-type]
+
+    def _discard(self, job: _Job) -> None:
+        try:
+            self._queue.remove(job)
+        except ValueError:
+            pass  # already taken into a batch
+        self.metrics.queue_depth.set(len(self._queue))
+
+    # ------------------------------------------------------------------ worker
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._queue:
+                self._arrived.clear()
+                await self._arrived.wait()
+                continue
+            await self._gather_company()
+            batch: list[_Job] = []
+            while self._queue and len(batch) < self.max_batch_size:
+                job = self._queue.popleft()
+                if not job.future.done():
+                    batch.append(job)
+            self.metrics.queue_depth.set(len(self._queue))
+            if not batch:
+                continue
+            self._idle.clear()
+            try:
+                started = time.monotonic()
+                outcomes = await loop.run_in_executor(self._executor, self._answer, [j.request for j in batch])
+                elapsed = time.monotonic() - started
+                self._service_s = (1 - _EWMA) * self._service_s + _EWMA * elapsed
+                self.metrics.forward.observe(elapsed)
+                self.metrics.batch_size.observe(len(batch))
+                self.batches += 1
+                for job, outcome in zip(batch, outcomes):
+                    if job.future.done():
+                        continue
+                    if isinstance(outcome, BaseException):
+                        job.future.set_exception(outcome)
+                    else:
+                        job.future.set_result(outcome)
+            except asyncio.CancelledError:
+                for job in batch:
+                    if not job.future.done():
+                        job.future.set_exception(NotReadyError("the server is shutting down", retry_after_ms=1000))
+                raise
+            finally:
+                self._idle.set()
+
+    async def _gather_company(self) -> None:
+        """Wait (at most until the oldest job is `max_wait_s` old) for the batch to fill up."""
+        if self.max_wait_s <= 0:
+            return
+        oldest = self._queue[0].enqueued
+        while len(self._queue) < self.max_batch_size:
+            remaining = oldest + self.max_wait_s - time.monotonic()
+            if remaining <= 0:
+                return
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), remaining)
+            except TimeoutError:
+                return
+            if not self._queue:
+                return
+
+    def _answer(self, requests: Sequence[BackendRequest]) -> list[BackendResult | BaseException]:
+        """Runs in the forward thread. Request-level errors are isolated by answering one at a time."""
+        try:
+            return _checked(self.backend.answer(requests), len(requests))
+        except InvalidRequestError as error:
+            if len(requests) == 1:
+                return [error]
+        except BackendUnavailableError as error:
+            return [error] * len(requests)  # retrying one by one would only hammer a backend that is down
+        except Exception as error:  # noqa: BLE001 - every job must get an outcome, the worker must survive
+            if len(requests) == 1:
+                return [error]
+            log.warning("batch of %d failed (%s); answering its requests one by one", len(requests), type(error).__name__)
+        outcomes: list[BackendResult | BaseException] = []
+        for request in requests:
+            try:
+                outcomes.extend(_checked(self.backend.answer([request]), 1))
+            except Exception as error:  # noqa: BLE001
+                outcomes.append(error)
+        return outcomes
+
+
+def _checked(results: Sequence[BackendResult], expected: int) -> list[BackendResult | BaseException]:
+    if len(results) != expected:
+        raise BackendError(f"backend returned {len(results)} results for {expected} requests")
+    return list(results)

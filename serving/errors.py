@@ -1,0 +1,92 @@
+"""Errors of the serving package. Each HTTP-facing error knows its status and wire `error_type`.
+
+    ServingError                         root of every serving failure
+    ├── SettingsError                    a setting / JEVMEM_* variable is invalid (field, value)
+    └── HTTPFacingError                  becomes `{"detail": {"error_type", "message"}}` at the edge
+        ├── AuthenticationError          missing key (403) or wrong key (401)
+        ├── PayloadTooLargeError         body over the limit, on the wire or decompressed (413)
+        ├── UnsupportedMediaTypeError    a content type or content encoding the server cannot read (415)
+        ├── BadEncodingError             a body that does not decode as its Content-Encoding says (400)
+        ├── OverloadedError              the queue is full (429, retry-after)
+        ├── RequestTimeoutError          no answer within the server's deadline (503, retry-after)
+        ├── NotReadyError                starting up or shutting down (503, retry-after)
+        ├── NotFoundError                no such resource (404)
+        └── MemoryUnavailableError       the memory engine is not configured or failed to open (503)
+
+Controller and memory domain errors keep their own types; `serving.edge` maps them to responses.
+"""
+
+from __future__ import annotations
+
+
+class ServingError(Exception):
+    """Root of all serving errors."""
+
+
+class SettingsError(ServingError, ValueError):
+    def __init__(self, message: str, *, field: str | None = None, value: object = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.value = value
+
+
+class HTTPFacingError(ServingError):
+    status_code: int = 500
+    error_type: str = "internal_error"
+
+    def __init__(self, message: str, *, retry_after_ms: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after_ms = retry_after_ms
+
+
+class AuthenticationError(HTTPFacingError):
+    error_type = "authentication_error"
+
+    def __init__(self, message: str, *, missing: bool) -> None:
+        super().__init__(message)
+        self.status_code = 403 if missing else 401
+
+
+class PayloadTooLargeError(HTTPFacingError):
+    status_code = 413
+    error_type = "request_too_large"
+
+    def __init__(self, message: str, *, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+class UnsupportedMediaTypeError(HTTPFacingError):
+    status_code = 415
+    error_type = "unsupported_media_type"
+
+
+class BadEncodingError(HTTPFacingError):
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class OverloadedError(HTTPFacingError):
+    status_code = 429
+    error_type = "overloaded_error"
+
+
+class RequestTimeoutError(HTTPFacingError):
+    status_code = 503
+    error_type = "timeout_error"
+
+
+class NotReadyError(HTTPFacingError):
+    status_code = 503
+    error_type = "service_unavailable"
+
+
+class NotFoundError(HTTPFacingError):
+    status_code = 404
+    error_type = "not_found"
+
+
+class MemoryUnavailableError(HTTPFacingError):
+    status_code = 503
+    error_type = "memory_unavailable"

@@ -1,0 +1,138 @@
+"""The memory API: one router over the engine facade (write, query, get, edit, link / unlink, delete, stats).
+
+Every engine call runs on the memory thread (`MemoryService`). JSON bodies are parsed strictly (no NaN /
+Infinity, no lone surrogates, bounded nesting) by `StrictJSONRoute`, so stored text is always valid
+Unicode and every answer can be encoded. Unknown nodes are 404, invalid input 422 (see `serving.edge`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+
+from memory.errors import NodeNotFoundError
+from serving.memory_schemas import (
+    BatchWriteIn,
+    BatchWriteOut,
+    EdgeOut,
+    EditIn,
+    LinkIn,
+    NodeId,
+    NodeViewOut,
+    ObservationIn,
+    QueryIn,
+    QueryOut,
+    Relation,
+    SetLinksIn,
+    StatsOut,
+    WriteResultOut,
+)
+from serving.errors import NotFoundError
+from serving.runtime import MemoryService, get_memory
+from serving.wire import ErrorResponse, ValidationErrorResponse, parse_json
+
+
+class StrictJSONRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            body = await self.body()
+            try:
+                self._json = parse_json(body)
+            except RequestValidationError as error:
+                issue = error.errors()[0]
+                pos = issue["loc"][1] if len(issue["loc"]) > 1 and isinstance(issue["loc"][1], int) else 0
+                raise json.JSONDecodeError(str(issue["msg"]), body.decode("utf-8", "replace"), pos) from error
+        return self._json
+
+
+class StrictJSONRoute(APIRoute):
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def strict(request: Request) -> Response:
+            return await handler(StrictJSONRequest(request.scope, request.receive))
+
+        return strict
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorResponse, "description": "Wrong API key."},
+    403: {"model": ErrorResponse, "description": "Missing API key."},
+    404: {"model": ErrorResponse, "description": "No such node."},
+    413: {"model": ErrorResponse, "description": "Body over the size limit."},
+    422: {"model": ValidationErrorResponse, "description": "Invalid input."},
+    503: {"model": ErrorResponse, "description": "The memory engine is not available."},
+}
+
+router = APIRouter(prefix="/v1/memory", tags=["Memory"], route_class=StrictJSONRoute, responses=_ERRORS)
+Memory = Depends(get_memory)
+
+
+@router.post("/observations", status_code=201, response_model=WriteResultOut, summary="Write one observation")
+async def write_observation(body: ObservationIn, memory: MemoryService = Memory) -> WriteResultOut:
+    result = await memory.call(lambda engine: engine.write(body.to_observation()))
+    return WriteResultOut.of(result)
+
+
+@router.post("/observations/batch", status_code=201, response_model=BatchWriteOut, summary="Write observations in order")
+async def write_observations(body: BatchWriteIn, memory: MemoryService = Memory) -> BatchWriteOut:
+    observations = [o.to_observation() for o in body.observations]
+    results = await memory.call(lambda engine: engine.write_many(observations))
+    return BatchWriteOut(results=[WriteResultOut.of(r) for r in results])
+
+
+@router.post("/query", response_model=QueryOut, summary="Ranked evidence, route and trace (and optionally an answer)")
+async def query(body: QueryIn, memory: MemoryService = Memory) -> QueryOut:
+    result = await memory.call(lambda engine: engine.query(body.text, k=body.k, budget=body.budget, answer=body.answer))
+    return QueryOut.of(result)
+
+
+@router.get("/nodes/{node_id}", response_model=NodeViewOut, summary="A node with its edges and backlinks")
+async def get_node(node_id: NodeId = Path(), memory: MemoryService = Memory) -> NodeViewOut:
+    view = await memory.call(lambda engine: engine.get(node_id))
+    return NodeViewOut.of(view)
+
+
+@router.patch("/nodes/{node_id}", response_model=NodeViewOut, summary="Edit a node's text (inferred links are re-assessed later)")
+async def edit_node(body: EditIn, node_id: NodeId = Path(), memory: MemoryService = Memory) -> NodeViewOut:
+    view = await memory.call(lambda engine: engine.edit(node_id, body.content))
+    return NodeViewOut.of(view)
+
+
+@router.delete("/nodes/{node_id}", status_code=204, summary="Delete a node and its edges")
+async def delete_node(node_id: NodeId = Path(), memory: MemoryService = Memory) -> Response:
+    if not await memory.call(lambda engine: engine.delete(node_id)):
+        raise NodeNotFoundError(node_id)
+    return Response(status_code=204)
+
+
+@router.put("/nodes/{node_id}/links", response_model=NodeViewOut, summary="Replace a node's explicit outgoing links")
+async def set_links(body: SetLinksIn, node_id: NodeId = Path(), memory: MemoryService = Memory) -> NodeViewOut:
+    links = [(link.dst, link.relation) for link in body.links]
+    view = await memory.call(lambda engine: engine.set_links(node_id, links))
+    return NodeViewOut.of(view)
+
+
+@router.post("/links", status_code=201, response_model=EdgeOut, summary="Add an explicit (authored) link")
+async def link(body: LinkIn, memory: MemoryService = Memory) -> EdgeOut:
+    edge = await memory.call(lambda engine: engine.link(body.src, body.dst, body.relation, attrs=body.attrs))
+    return EdgeOut.of(edge)
+
+
+@router.delete("/links", status_code=204, summary="Remove one link")
+async def unlink(
+    src: NodeId = Query(), dst: NodeId = Query(), relation: Relation = Query(), memory: MemoryService = Memory
+) -> Response:
+    if not await memory.call(lambda engine: engine.unlink(src, dst, relation)):
+        raise NotFoundError(f"no {relation!r} link from {src!r} to {dst!r}")
+    return Response(status_code=204)
+
+
+@router.get("/stats", response_model=StatsOut, summary="Node / edge counts, link statuses and controller usage")
+async def stats(memory: MemoryService = Memory) -> StatsOut:
+    return StatsOut.of(await memory.call(lambda engine: engine.stats()))

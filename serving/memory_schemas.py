@@ -1,0 +1,240 @@
+"""Pydantic schemas of the memory API and their conversions from the engine's value types.
+
+Stored text is data: `content` goes in and comes out byte for byte; nothing here interprets it. Timestamps
+are accepted in ISO 8601; aware ones are converted to UTC and stored naive, so naive and aware inputs
+never meet in a comparison.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, is_dataclass
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
+
+from memory.types import RELATIONS, Edge, Evidence, Node, Observation, QueryResult, TraceStep, WriteResult
+
+MAX_CONTENT_CHARS = 100_000
+MAX_BATCH = 256
+
+Relation = Literal[RELATIONS]  # type: ignore[valid-type]
+
+
+def _naive_utc(value: datetime | None) -> datetime | None:
+    if value is not None and value.tzinfo is not None:
+        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+    return value
+
+
+Timestamp = Annotated[datetime | None, AfterValidator(_naive_utc)]
+NodeId = Annotated[str, Field(min_length=1, max_length=200)]
+ShortText = Annotated[str, Field(min_length=1, max_length=1_000)]
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class ObservationIn(_In):
+    """One thing to remember. `entities`: omit to extract them, `[]` for none."""
+
+    content: Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS, pattern=r"\S")]
+    observed_at: Timestamp = None
+    event_time: Timestamp = None
+    speaker: ShortText | None = None
+    source_ids: list[ShortText] = Field(default_factory=list, max_length=1_000)
+    entities: list[ShortText] | None = Field(default=None, max_length=100)
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+
+    def to_observation(self) -> Observation:
+        return Observation(
+            content=self.content,
+            observed_at=self.observed_at,
+            event_time=self.event_time,
+            speaker=self.speaker,
+            source_ids=tuple(self.source_ids),
+            entities=None if self.entities is None else tuple(self.entities),
+            metadata=dict(self.metadata),
+        )
+
+
+class BatchWriteIn(_In):
+    observations: list[ObservationIn] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class QueryIn(_In):
+    text: Annotated[str, Field(min_length=1, max_length=10_000, pattern=r"\S")]
+    k: int = Field(default=10, ge=1, le=100)
+    budget: int | None = Field(default=None, ge=0, le=10_000, description="Expansion budget; default from the engine config.")
+    answer: bool = Field(default=False, description="Also synthesise an answer (System Two when configured, else extractive).")
+
+
+class EditIn(_In):
+    content: Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS, pattern=r"\S")]
+
+
+class LinkIn(_In):
+    src: NodeId
+    dst: NodeId
+    relation: Relation
+    attrs: dict[str, JsonValue] | None = None
+
+
+class LinkTarget(_In):
+    dst: NodeId
+    relation: Relation
+
+
+class SetLinksIn(_In):
+    links: list[LinkTarget] = Field(max_length=1_000, description="The node's complete explicit outgoing links; [] removes them all.")
+
+
+# --------------------------------------------------------------------------------------------------- output
+class NodeOut(BaseModel):
+    id: str
+    content: str
+    observed_at: datetime | None
+    event_time: datetime | None
+    speaker: str | None
+    source_ids: list[str]
+    entities: list[str]
+    types: dict[str, float]
+    fingerprint: str
+    seq: int
+    link_status: str
+    metadata: dict[str, Any]
+    superseded_by: str | None
+    kind: str
+
+    @classmethod
+    def of(cls, node: Node) -> NodeOut:
+        return cls(**jsonable({f: getattr(node, f) for f in cls.model_fields}))
+
+
+class EdgeOut(BaseModel):
+    src: str
+    dst: str
+    relation: str
+    origin: str
+    weight: float
+    attrs: dict[str, Any]
+
+    @classmethod
+    def of(cls, edge: Edge) -> EdgeOut:
+        return cls(**jsonable({f: getattr(edge, f) for f in cls.model_fields}))
+
+
+class NodeViewOut(BaseModel):
+    node: NodeOut
+    edges: list[EdgeOut] = Field(description="Outgoing edges.")
+    backlinks: list[EdgeOut] = Field(description="Incoming edges (a reverse view of the same edges).")
+
+    @classmethod
+    def of(cls, view: Any) -> NodeViewOut:
+        return cls(node=NodeOut.of(view.node), edges=[EdgeOut.of(e) for e in view.edges_out], backlinks=[EdgeOut.of(e) for e in view.backlinks])
+
+
+class WriteResultOut(BaseModel):
+    node_id: str
+    candidates: int
+    edges_written: int
+    controller_questions: int
+    link_status: str
+    timings_ms: dict[str, float]
+
+    @classmethod
+    def of(cls, result: WriteResult) -> WriteResultOut:
+        return cls(**jsonable({f: getattr(result, f) for f in cls.model_fields}))
+
+
+class BatchWriteOut(BaseModel):
+    results: list[WriteResultOut]
+
+
+class EvidenceOut(BaseModel):
+    node_id: str
+    content: str
+    score: float | None
+    source_ids: list[str]
+    observed_at: datetime | None
+    speaker: str | None
+    via: str
+    depth: int
+
+    @classmethod
+    def of(cls, evidence: Evidence) -> EvidenceOut:
+        return cls(**jsonable({f: getattr(evidence, f) for f in cls.model_fields}))
+
+
+class TraceStepOut(BaseModel):
+    phase: str
+    detail: dict[str, Any]
+    elapsed_ms: float | None
+
+    @classmethod
+    def of(cls, step: TraceStep) -> TraceStepOut:
+        return cls(**jsonable({"phase": step.phase, "detail": step.detail, "elapsed_ms": step.elapsed_ms}))
+
+
+class QueryOut(BaseModel):
+    query: str
+    evidence: list[EvidenceOut]
+    route: dict[str, float | None]
+    active_views: list[str]
+    stopped_reason: str
+    trace: list[TraceStepOut]
+    controller_requests: int
+    controller_questions: int
+    answer: str | None
+    answer_source: str | None
+
+    @classmethod
+    def of(cls, result: QueryResult) -> QueryOut:
+        return cls(
+            query=result.query,
+            evidence=[EvidenceOut.of(e) for e in result.evidence],
+            route=jsonable(dict(result.route)),
+            active_views=list(result.active_views),
+            stopped_reason=result.stopped_reason,
+            trace=[TraceStepOut.of(s) for s in result.trace],
+            controller_requests=result.controller_requests,
+            controller_questions=result.controller_questions,
+            answer=result.answer,
+            answer_source=result.answer_source,
+        )
+
+
+class StatsOut(BaseModel):
+    nodes: int
+    edges: dict[str, int]
+    link_status: dict[str, int]
+    writes: int
+    consolidations: int
+    summaries: int
+    controller_calls: int
+    controller_requests: int
+    controller_questions: int
+
+    @classmethod
+    def of(cls, stats: Any) -> StatsOut:
+        return cls(**jsonable(asdict(stats) if is_dataclass(stats) else dict(stats)))
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON values: enums by value, tuples / sets as lists, non-finite floats as null."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (str, int, bool, datetime)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if is_dataclass(value) and not isinstance(value, type):
+        return jsonable(asdict(value))
+    return str(value)

@@ -1,0 +1,196 @@
+"""Pure ASGI middleware: request context (request id, metrics, last-resort 500) and body handling.
+
+`RequestContextMiddleware` sits outside everything the app does, so every response, including errors
+raised by other middleware and unexpected exceptions, carries `x-typesafe-request-id` and is counted.
+`BodyMiddleware` enforces the body size limit on the wire and after decompression, decodes
+`Content-Encoding: zstd`, and hands the app a plain identity-encoded body.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from typing import Any
+
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from serving.metrics import ServerMetrics
+
+log = logging.getLogger(__name__)
+
+REQUEST_ID_HEADER = "x-typesafe-request-id"
+_NO_BODY_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_DEFAULT_ERROR_TYPES = {400: "invalid_request_error", 404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+
+
+def mark_error(scope: Scope, error_type: str) -> None:
+    """Record the wire `error_type` of the response being sent, for the error counter."""
+    scope.setdefault("state", {})["error_type"] = error_type
+
+
+def json_error_body(error_type: str, message: str) -> bytes:
+    return json.dumps({"detail": {"error_type": error_type, "message": message}}, ensure_ascii=False).encode("utf-8")
+
+
+async def send_error(scope: Scope, send: Send, status: int, error_type: str, message: str, headers: dict[str, str] | None = None) -> None:
+    """Send a complete `{"detail": {"error_type", "message"}}` response from middleware."""
+    mark_error(scope, error_type)
+    body = json_error_body(error_type, message)
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+class RequestContextMiddleware:
+    """Request id on every response, request / latency / error metrics, and a JSON 500 of last resort."""
+
+    def __init__(self, app: ASGIApp, metrics: ServerMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = "req_" + uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        started = time.perf_counter()
+        status = 500
+        response_started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status, response_started
+            if message["type"] == "http.response.start":
+                response_started = True
+                status = int(message["status"])
+                MutableHeaders(scope=message)[REQUEST_ID_HEADER] = request_id
+            await send(message)
+
+        self.metrics.in_flight.inc()
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:  # noqa: BLE001 - the edge of the server: log it, never leak a stack trace
+            log.exception("unhandled error in %s %s (request %s)", scope.get("method"), scope.get("path"), request_id)
+            if not response_started:
+                await send_error(scope, send_with_id, 500, "internal_error", f"internal server error (request {request_id})")
+        finally:
+            self.metrics.in_flight.dec()
+            route = scope.get("route")
+            label = getattr(route, "path", None) or "unmatched"
+            self.metrics.requests.inc(route=label, method=str(scope.get("method", "")), status=str(status))
+            self.metrics.latency.observe(time.perf_counter() - started, route=label)
+            if status >= 400:
+                error_type = scope.get("state", {}).get("error_type") or _DEFAULT_ERROR_TYPES.get(status, f"http_{status}")
+                self.metrics.errors.inc(error_type=error_type)
+
+
+class BodyMiddleware:
+    """Reads the whole body (bounded), decodes `Content-Encoding: zstd`, and replays it to the app."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") in _NO_BODY_METHODS:
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        limit = self.max_bytes
+        declared = headers.get("content-length")
+        if declared is not None:
+            if not declared.strip().isdigit():
+                await send_error(scope, send, 400, "invalid_request_error", "Content-Length is not a number")
+                return
+            if int(declared) > limit:
+                await send_error(scope, send, 413, "request_too_large", f"request body of {int(declared)} bytes exceeds the limit of {limit} bytes")
+                return
+        encoding = headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("identity", "", "zstd"):
+            await send_error(scope, send, 415, "unsupported_media_type", f"Content-Encoding {encoding!r} is not supported; use zstd or none")
+            return
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                await send_error(scope, send, 413, "request_too_large", f"request body exceeds the limit of {limit} bytes")
+                return
+            chunks.append(chunk)
+            more = bool(message.get("more_body", False))
+        body = b"".join(chunks)
+        if encoding == "zstd":
+            try:
+                body = _zstd_decode(body, limit)
+            except _TooLarge:
+                await send_error(scope, send, 413, "request_too_large", f"decompressed request body exceeds the limit of {limit} bytes")
+                return
+            except ValueError as error:
+                await send_error(scope, send, 400, "invalid_request_error", f"request body is not valid zstd: {error}")
+                return
+            scope["headers"] = [
+                (k, v) for k, v in scope.get("headers", []) if k.lower() not in (b"content-encoding", b"content-length")
+            ] + [(b"content-length", str(len(body)).encode())]
+        await self.app(scope, _replay(body, receive), send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _zstd_decode(data: bytes, limit: int) -> bytes:
+    """Decompress every frame of `data`, refusing output over `limit` bytes and truncated frames.
+
+    Input is fed in small pieces so that a zstd bomb (one block can expand ~30,000x) is stopped after at
+    most one piece's worth of output beyond the limit.
+    """
+    import zstandard
+
+    if not data:
+        raise ValueError("empty body")
+    dctx = zstandard.ZstdDecompressor()
+    out = bytearray()
+    obj = dctx.decompressobj()
+    view = memoryview(data)
+    pos = 0
+    try:
+        while pos < len(data):
+            piece = view[pos : pos + _ZSTD_PIECE]
+            pos += len(piece)
+            out += obj.decompress(piece)
+            if len(out) > limit:
+                raise _TooLarge()
+            if obj.eof:
+                pos -= len(obj.unused_data)  # the next frame starts inside this piece
+                if pos < len(data):
+                    obj = dctx.decompressobj()
+    except zstandard.ZstdError as error:
+        raise ValueError(str(error)) from error
+    if not obj.eof:
+        raise ValueError("truncated zstd frame")
+    return bytes(out)
+
+
+_ZSTD_PIECE = 1024
+
+
+def _replay(body: bytes, receive: Receive) -> Any:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

@@ -1,0 +1,195 @@
+"""What the app holds while it runs: the backend, the batcher, the memory engine and the metrics.
+
+`Runtime.start` / `Runtime.stop` are called from the app's lifespan. Backend and engine are created there
+(never at import), warmed with one tiny request, and closed on shutdown (only what the runtime created).
+Route handlers get the runtime and the memory service through dependencies (`get_runtime`, `get_memory`),
+which tests replace with `app.dependency_overrides`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from fastapi import Request
+
+from controller.backend import Backend, BackendRequest, BackendResult, ModelInfo, create_backend
+from controller.client import PlannedRequest, plan_request
+from controller.errors import BackendUnavailableError
+from serving.batching import Batcher
+from serving.errors import HTTPFacingError, MemoryUnavailableError, NotReadyError
+from serving.metrics import ServerMetrics
+from serving.settings import Settings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+WARMUP_STATE = "warm-up"
+WARMUP_QUESTIONS = {"ready": {"type": "noul", "instructions": "Is this a warm-up request?"}}
+
+
+class MemoryService:
+    """The memory engine behind one dedicated thread: SQLite connections stay on the thread that made
+    them, and engine calls are serialised without blocking the event loop."""
+
+    def __init__(self, engine: Any, executor: ThreadPoolExecutor | None = None, *, owns_engine: bool = False) -> None:
+        self.engine = engine
+        self.owns_engine = owns_engine
+        self._executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="jevmem-memory")
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run `fn(engine, *args, **kwargs)` on the memory thread."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(fn, self.engine, *args, **kwargs))
+
+    @classmethod
+    async def open(cls, settings: Settings, backend: Backend, batcher: Batcher) -> MemoryService:
+        """Open the engine at `settings.memory_db` (`:memory:` for an in-memory store) on the memory thread."""
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jevmem-memory")
+        queued = QueuedBackend(backend, batcher, asyncio.get_running_loop(), timeout_s=max(60.0, settings.request_timeout_s))
+        path = None if settings.memory_db == ":memory:" else settings.memory_db
+
+        def _open() -> Any:
+            from memory.engine import Engine
+
+            return Engine.open(path, controller=queued, embedder=settings.embedder)
+
+        engine = await asyncio.get_running_loop().run_in_executor(executor, _open)
+        return cls(engine, executor, owns_engine=True)
+
+    async def close(self) -> None:
+        """Finish queued engine calls, close the engine if this service opened it, stop the thread."""
+        close = getattr(self.engine, "close", None) if self.owns_engine else None
+        if close is not None:
+            try:
+                await self.call(lambda engine: close())
+            except Exception:  # noqa: BLE001 - shutdown goes on
+                log.exception("closing the memory engine failed")
+        self._executor.shutdown(wait=True)
+
+
+class QueuedBackend:
+    """The memory engine's view of the served backend: its requests join the HTTP traffic in the batcher, so
+    one forward thread does all inference. Queue errors become `BackendUnavailableError`, which the engine
+    records as `relations_pending` instead of failing the write. Closing it leaves the backend open."""
+
+    def __init__(self, backend: Backend, batcher: Batcher, loop: asyncio.AbstractEventLoop, *, timeout_s: float) -> None:
+        self._backend = backend
+        self._batcher = batcher
+        self._loop = loop
+        self._timeout_s = timeout_s
+
+    @property
+    def info(self) -> ModelInfo:
+        return self._backend.info
+
+    def answer(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        if not requests:
+            return []
+        future = asyncio.run_coroutine_threadsafe(self._batcher.submit_many(requests, self._timeout_s), self._loop)
+        try:
+            return future.result()
+        except HTTPFacingError as error:
+            raise BackendUnavailableError(f"the server's controller queue refused the request: {error}") from error
+
+    def close(self) -> None:
+        """The runtime owns the backend."""
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    metrics: ServerMetrics = field(default_factory=ServerMetrics)
+    backend: Backend | None = None
+    batcher: Batcher | None = None
+    memory: MemoryService | None = None
+    ready: bool = False
+    stopping: bool = False
+    _owns_backend: bool = False
+    _memory_engine: Any = None  # an engine handed in by the caller (not closed by the runtime)
+    _last_warmup: float = 0.0
+
+    async def start(self) -> None:
+        settings = self.settings
+        if self.backend is None:
+            self.backend = await asyncio.to_thread(create_backend, settings.controller, **settings.controller_options)
+            self._owns_backend = True
+        self.batcher = Batcher(
+            self.backend,
+            max_batch_size=settings.effective_batch_size,
+            max_wait_s=settings.effective_max_wait_s,
+            queue_size=settings.queue_size,
+            metrics=self.metrics,
+        )
+        await self.batcher.start()
+        if self._memory_engine is not None:
+            self.memory = MemoryService(self._memory_engine)
+        elif settings.memory_db is not None:
+            self.memory = await MemoryService.open(settings, self.backend, self.batcher)
+        if settings.warmup:
+            await self.warm_up()
+        else:
+            self.ready = True
+        log.info("serving %s (batching %s)", self.backend.info.name, "on" if settings.batching else "off")
+
+    async def warm_up(self) -> bool:
+        """One tiny request end to end; `/readyz` reports ready once this has succeeded."""
+        self._last_warmup = time.monotonic()
+        try:
+            planned = self.plan(WARMUP_STATE, WARMUP_QUESTIONS, model=None)
+            assert self.batcher is not None
+            await self.batcher.submit(planned.request, self.settings.request_timeout_s)
+        except Exception:  # noqa: BLE001 - not ready is a state, reported by /readyz
+            log.exception("warm-up request failed; /readyz stays 503")
+            self.ready = False
+        else:
+            self.ready = True
+        return self.ready
+
+    async def maybe_warm_up(self) -> bool:
+        if not self.ready and not self.stopping and time.monotonic() - self._last_warmup > 1.0:
+            await self.warm_up()
+        return self.ready and not self.stopping
+
+    def plan(self, state: Any, questions: Any, *, model: str | None, assets: Any = None) -> PlannedRequest:
+        """The plan stage: validate, deduplicate and (with a token budget) count tokens."""
+        if self.backend is None:
+            raise NotReadyError("the model is not loaded yet", retry_after_ms=1000)
+        planned = plan_request(self.backend, state, questions, model=model, assets=assets)
+        if self.settings.token_budget is not None:
+            from controller.template import count_input_tokens
+
+            count_input_tokens(planned.request, max_request_tokens=self.settings.token_budget)
+        return planned
+
+    async def stop(self) -> None:
+        self.stopping = True
+        self.ready = False
+        if self.memory is not None:  # first: in-flight engine work may still need the batcher
+            await self.memory.close()
+            self.memory = None
+        if self.batcher is not None:
+            await self.batcher.close(self.settings.drain_timeout_s)
+        if self.backend is not None and self._owns_backend:
+            self.backend.close()
+            self.backend = None
+
+
+def get_runtime(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    if runtime.batcher is None or runtime.backend is None:
+        raise NotReadyError("the server is starting", retry_after_ms=1000)
+    return runtime
+
+
+def get_memory(request: Request) -> MemoryService:
+    memory: MemoryService | None = request.app.state.runtime.memory
+    if memory is None:
+        raise MemoryUnavailableError("the memory engine is not open", retry_after_ms=1000)
+    return memory

@@ -1,0 +1,128 @@
+"""Server settings: one frozen dataclass, read from `JEVMEM_*` environment variables in one place.
+
+    JEVMEM_CONTROLLER          backend name (heuristic | local | remote)           default heuristic
+    JEVMEM_CONTROLLER_OPTIONS  JSON object of backend factory options              default {}
+    JEVMEM_API_KEY             bearer key; unset = auth off                        default unset
+    JEVMEM_HOST / JEVMEM_PORT  where `serving.server.run` listens                   127.0.0.1 / 8000
+    JEVMEM_MAX_BODY_BYTES      request body limit, on the wire and decompressed     4 MiB
+    JEVMEM_BATCHING            cross-request micro-batching on / off                on
+    JEVMEM_MAX_BATCH_SIZE      requests per backend call                            32
+    JEVMEM_MAX_WAIT_MS         how long a batch may wait for company                2
+    JEVMEM_QUEUE_SIZE          queued requests before 429                           256
+    JEVMEM_REQUEST_TIMEOUT_S   per-request deadline in the server (then 503)        8
+    JEVMEM_MEMORY_DB           SQLite path of the memory engine; unset = no memory API
+    JEVMEM_EMBEDDER            memory embedder (hashing | minilm)                   hashing
+    JEVMEM_TOKEN_BUDGET        max packed input tokens per request, checked before queueing
+                               with the model's tokenizer; unset = the backend's own limit only
+
+The request timeout stays below the SDK's 10 s default, so a slow answer becomes a retryable 503 the client
+sees instead of a client-side timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from serving.errors import SettingsError
+
+ENV_PREFIX = "JEVMEM_"
+
+
+@dataclass(frozen=True)
+class Settings:
+    controller: str = "heuristic"
+    controller_options: dict[str, Any] = field(default_factory=dict)
+    api_key: str | None = None  # None: auth off (the SDK's Authorization header is ignored)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_body_bytes: int = 4 * 1024 * 1024
+    batching: bool = True
+    max_batch_size: int = 32
+    max_wait_ms: float = 2.0
+    queue_size: int = 256
+    request_timeout_s: float = 8.0
+    memory_db: str | None = None  # None: the memory API is not mounted
+    embedder: str = "hashing"
+    token_budget: int | None = None
+    drain_timeout_s: float = 10.0  # graceful shutdown: how long queued requests may still finish
+    warmup: bool = True  # run one tiny request in lifespan before /readyz says ready
+
+    def __post_init__(self) -> None:
+        if not self.controller:
+            raise SettingsError("controller must be a backend name", field="controller", value=self.controller)
+        if not isinstance(self.controller_options, dict):
+            raise SettingsError("controller_options must be a JSON object", field="controller_options", value=self.controller_options)
+        if self.api_key is not None and (not self.api_key or not self.api_key.isascii() or not self.api_key.isprintable() or " " in self.api_key):
+            raise SettingsError("api_key must be non-empty printable ASCII without spaces", field="api_key", value="<redacted>")
+        if not 0 <= self.port <= 65535:
+            raise SettingsError("port must be in 0..65535", field="port", value=self.port)
+        for name in ("max_body_bytes", "max_batch_size", "queue_size"):
+            if getattr(self, name) < 1:
+                raise SettingsError(f"{name} must be at least 1", field=name, value=getattr(self, name))
+        for name in ("max_wait_ms", "request_timeout_s", "drain_timeout_s"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0 or (name == "request_timeout_s" and value == 0):
+                raise SettingsError(f"{name} must be a finite, non-negative number", field=name, value=value)
+        if self.token_budget is not None and self.token_budget < 1:
+            raise SettingsError("token_budget must be at least 1", field="token_budget", value=self.token_budget)
+
+    @property
+    def effective_batch_size(self) -> int:
+        """Batching off is the same pipeline with batches of one and no waiting."""
+        return self.max_batch_size if self.batching else 1
+
+    @property
+    def effective_max_wait_s(self) -> float:
+        return self.max_wait_ms / 1000.0 if self.batching else 0.0
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Settings from `JEVMEM_*` variables (unset or empty ones keep the default), then `overrides`."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(ENV_PREFIX + f.name.upper(), "").strip()
+            if raw:
+                values[f.name] = _parse(f.name, raw)
+        unknown = set(overrides) - {f.name for f in fields(cls)}
+        if unknown:
+            raise SettingsError(f"unknown setting(s): {', '.join(sorted(unknown))}", field=sorted(unknown)[0])
+        values.update(overrides)
+        return cls(**values)
+
+    def with_overrides(self, **overrides: Any) -> Settings:
+        return replace(self, **overrides)
+
+
+_INTS = {"port", "max_body_bytes", "max_batch_size", "queue_size", "token_budget"}
+_FLOATS = {"max_wait_ms", "request_timeout_s", "drain_timeout_s"}
+_BOOLS = {"batching", "warmup"}
+
+
+def _parse(name: str, raw: str) -> Any:
+    var = ENV_PREFIX + name.upper()
+    try:
+        if name in _INTS:
+            return int(raw)
+        if name in _FLOATS:
+            return float(raw)
+        if name in _BOOLS:
+            low = raw.lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(f"expected on/off, got {raw!r}")
+        if name == "controller_options":
+            value = json.loads(raw)
+            if not isinstance(value, dict):
+                raise ValueError("expected a JSON object")
+            return value
+    except ValueError as error:
+        raise SettingsError(f"{var}: {error}", field=name, value=raw if name != "api_key" else "<redacted>") from error
+    return raw

@@ -1,0 +1,263 @@
+"""The `/v1/systemone` wire format: body reading, the envelope check, and the schemas shown in OpenAPI.
+
+Validation happens in two places with one owner each: the *envelope* (`model`, `state`, `questions`,
+`assets`) is checked here with pydantic, so its failures are FastAPI's own 422 entries; everything inside
+a question is checked by the controller (`controller.questions`), whose `InvalidRequestError`s carry a
+`loc` and become 422 entries at the edge. The question / answer models below document the protocol in
+OpenAPI; they mirror what the controller accepts and are not a second validator.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from email.message import Message
+from typing import Annotated, Any, Literal, Union
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic_core import PydanticCustomError
+
+from serving.errors import UnsupportedMediaTypeError
+
+MAX_NESTING = 64  # JSON depth accepted in a request body (state and question content included)
+
+Text = Union[str, dict[str, Any], list[Any]]
+
+
+# ----------------------------------------------------------------------------------- the envelope (validated)
+def _text_value(value: Any) -> Any:
+    if isinstance(value, (str, dict, list)):
+        return value
+    raise PydanticCustomError("state_type", "Input should be a string, an object or an array")
+
+
+class Envelope(BaseModel):
+    """The top level of a System One request. Unknown top-level fields are ignored."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+    model: str = Field(description="A served model name or an alias (`jev-latest`, `jev-preview`).", examples=["jev-latest"])
+    state: Annotated[Any, AfterValidator(_text_value)] = Field(description="The content every question refers to: text, an object or an array.")
+    questions: dict[str, Any] = Field(min_length=1, description="Questions keyed by caller-chosen names.")
+    assets: dict[str, Any] | None = Field(default=None, description="Image assets; this text model refuses them.")
+
+
+# ------------------------------------------------------------------------------ documentation models (OpenAPI)
+Key = Annotated[str, StringConstraints(min_length=1)]
+
+
+class NoulCriteria(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    true: Text | None = Field(default=None, description="What counts as yes.")
+    false: Text | None = Field(default=None, description="What counts as no.")
+
+
+class NoulQuestion(BaseModel):
+    """A yes/no proposition. Instructions, or at least one described side of `criteria`, are required."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["noul"]
+    instructions: Text | None = None
+    criteria: NoulCriteria | None = None
+
+
+class ChoiceQuestion(BaseModel):
+    """Mutually exclusive named options (1..255); a description may be null."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["choice"]
+    instructions: Text | None = None
+    criteria: dict[Key, Text | None] = Field(min_length=1, max_length=255)
+
+
+class ScoreQuestion(BaseModel):
+    """Ordered levels 0..n-1 (2..10), each described; the answer is the expected level."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["score"]
+    instructions: Text | None = None
+    criteria: list[Text] = Field(min_length=2, max_length=10)
+
+
+Question = Annotated[Union[NoulQuestion, ChoiceQuestion, ScoreQuestion], Field(discriminator="type")]
+
+
+class SystemOneRequest(BaseModel):
+    """POST /v1/systemone (JSON, optionally `Content-Encoding: zstd`; multipart with a `request` part)."""
+
+    model: str = Field(examples=["jev-latest"])
+    state: Text = Field(examples=["I was charged twice. Please help."])
+    questions: dict[Key, Question] = Field(
+        min_length=1, examples=[{"billing": {"type": "noul", "instructions": "Is this message about billing?"}}]
+    )
+
+
+class NoulAnswer(BaseModel):
+    type: Literal["noul"]
+    noul: float = Field(ge=0, le=1)
+
+
+class ChoiceAnswer(BaseModel):
+    type: Literal["choice"]
+    choice: str
+    confidence: float = Field(ge=0, le=1)
+    probabilities: dict[str, float]
+
+
+class ScoreAnswer(BaseModel):
+    type: Literal["score"]
+    score: float = Field(ge=0)
+    confidence: float = Field(ge=0, le=1)
+    legend: dict[str, Text]
+    probabilities: dict[str, float]
+
+
+Answer = Annotated[Union[NoulAnswer, ChoiceAnswer, ScoreAnswer], Field(discriminator="type")]
+
+
+class Usage(BaseModel):
+    input_tokens: int = Field(ge=0)
+    output_tokens: int = Field(ge=0)
+
+
+class SystemOneResponse(BaseModel):
+    model: str = Field(description="The concrete model that answered (an alias resolves to it).")
+    answers: dict[str, Answer]
+    usage: Usage
+
+
+class ModelEntry(BaseModel):
+    name: str
+    description: str
+    release_date: str = Field(description="YYYY-MM-DD")
+
+
+class ModelList(BaseModel):
+    models: list[ModelEntry]
+
+
+class ErrorDetail(BaseModel):
+    error_type: str
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    """Every non-validation error: `{"detail": {"error_type", "message"}}`."""
+
+    detail: ErrorDetail
+
+
+class ValidationIssue(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ValidationErrorResponse(BaseModel):
+    """422: FastAPI's shape, `{"detail": [{"loc": ["body", ...], "msg", "type"}]}`."""
+
+    detail: list[ValidationIssue]
+
+
+# ---------------------------------------------------------------------------------------------- body reading
+@dataclass(frozen=True)
+class ParsedBody:
+    envelope: Envelope
+    payload: dict[str, Any]  # the raw JSON object, handed to the controller as sent
+    asset_parts: tuple[str, ...]  # names of multipart parts other than `request`
+
+
+def _media_type(request: Request) -> str:
+    header = request.headers.get("content-type")
+    if not header:
+        return ""
+    message = Message()
+    message["content-type"] = header
+    return message.get_content_type()
+
+
+async def read_systemone_body(request: Request, max_bytes: int) -> ParsedBody:
+    """Read a JSON or multipart body (already size-limited and decompressed by the middleware)."""
+    media = _media_type(request)
+    asset_parts: tuple[str, ...] = ()
+    if media == "multipart/form-data":
+        form = await request.form(max_files=64, max_fields=64, max_part_size=max_bytes)
+        try:
+            part = form.get("request")
+            if part is None:
+                raise RequestValidationError([_issue(("body", "request"), "the multipart body has no `request` part", "missing")])
+            raw: bytes | str = part if isinstance(part, str) else await part.read()
+            asset_parts = tuple(name for name in form.keys() if name != "request")
+        finally:
+            await form.close()
+    elif media in ("", "application/json", "text/json") or media.endswith("+json"):
+        raw = await request.body()
+    else:
+        raise UnsupportedMediaTypeError(f"content type {media!r} is not supported; send application/json (or multipart/form-data)")
+    payload = parse_json(raw)
+    if not isinstance(payload, dict):
+        raise RequestValidationError([_issue(("body",), "Input should be a valid dictionary or object to extract fields from", "model_attributes_type")])
+    try:
+        envelope = Envelope.model_validate(payload)
+    except ValidationError as error:
+        raise RequestValidationError(
+            [_issue(("body", *e["loc"]), e["msg"], e["type"]) for e in error.errors(include_url=False)]
+        ) from error
+    return ParsedBody(envelope, payload, asset_parts)
+
+
+def parse_json(raw: bytes | str) -> Any:
+    """Strict JSON: UTF-8, no NaN / Infinity, bounded nesting. Failures are 422 `json_invalid`."""
+
+    def refuse_constant(name: str) -> Any:
+        raise ValueError(f"{name} is not valid JSON")
+
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        value = json.loads(text, parse_constant=refuse_constant)
+    except json.JSONDecodeError as error:
+        raise RequestValidationError([_issue(("body", error.pos), f"JSON decode error: {error.msg}", "json_invalid")]) from error
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
+        raise RequestValidationError([_issue(("body", 0), f"JSON decode error: {reason}", "json_invalid")]) from error
+    problem = check_tree(value)
+    if problem:
+        raise RequestValidationError([_issue(("body",), problem, "json_invalid")])
+    return value
+
+
+def check_tree(value: Any) -> str | None:
+    """Why a parsed JSON value is unusable (too deep, or a string that is not valid Unicode), or None."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if not _valid_unicode(item):
+                return "JSON string contains a lone surrogate (not valid Unicode)"
+        elif isinstance(item, (dict, list)):
+            if depth > MAX_NESTING:
+                return f"JSON is nested deeper than {MAX_NESTING} levels"
+            if isinstance(item, dict):
+                for k, v in item.items():
+                    if not _valid_unicode(k):
+                        return "JSON key contains a lone surrogate (not valid Unicode)"
+                    stack.append((v, depth + 1))
+            else:
+                stack.extend((v, depth + 1) for v in item)
+    return None
+
+
+def _valid_unicode(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _issue(loc: tuple[str | int, ...], msg: str, kind: str) -> dict[str, Any]:
+    return {"loc": list(loc), "msg": msg, "type": kind}

@@ -1,0 +1,202 @@
+"""The store contract for the SQLite store, plus what only a persistent store has to do."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memory.store import InMemoryStore, SQLiteStore, StoreConfigError, StoreCorruptionError, open_store
+from memory.store._common import fts_query
+from memory.store.base import Store
+from memory.types import Edge, EdgeOrigin, LinkStatus
+from tests.memory.store_contract import DIM, StoreContract, make_node, snapshot, unit
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class TestSQLiteStoreContract(StoreContract):
+    def make_store(self, tmp_path: Path, dim: int) -> Store:
+        return SQLiteStore(tmp_path / "mem.db", dim=dim)
+
+
+def _fill(store: Store, n: int = 6) -> None:
+    for i in range(n):
+        node = make_node(f"n{i}", i, f"note {i} about cats and item{i}", entities=(f"E{i % 2}",))
+        store.add_node(node, unit(i) + 0.1)
+        if i:
+            store.add_edge(Edge(f"n{i}", f"n{i - 1}", "temporal_next", EdgeOrigin.DETERMINISTIC))
+    store.set_link_status("n2", LinkStatus.STALE)
+
+
+def test_open_store_with_path_is_sqlite(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "sub" / "m.db", dim=DIM)
+    assert isinstance(store, SQLiteStore)
+    assert not isinstance(store, InMemoryStore)
+    store.close()
+    store.close()  # closing twice is harmless
+
+
+def test_pragmas(tmp_path: Path) -> None:
+    with SQLiteStore(tmp_path / "m.db", dim=DIM) as store:
+        q = store._conn.execute
+        assert q("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert q("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+        assert q("PRAGMA foreign_keys").fetchone()[0] == 1
+
+
+def test_reopen_keeps_everything(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    with SQLiteStore(path, dim=DIM, embedder="tiny-embedder") as store:
+        _fill(store)
+        before = snapshot(store)
+        near = store.vector_search(unit(3), 3)
+    assert (tmp_path / "m.db.faiss").exists()
+    with SQLiteStore(path, dim=DIM) as store:
+        assert snapshot(store) == before
+        assert store.embedder == "tiny-embedder"
+        assert store.vector_search(unit(3), 3) == near
+        assert store.nodes_with_status(LinkStatus.STALE) == ["n2"]
+        assert store.nodes_with_entity("e1", 10) == ["n5", "n3", "n1"]
+        assert store.check() == []
+
+
+def test_reopen_with_other_dim_or_embedder_fails(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    SQLiteStore(path, dim=DIM, embedder="a").close()
+    with pytest.raises(StoreConfigError):
+        SQLiteStore(path, dim=DIM * 2)
+    with pytest.raises(StoreConfigError):
+        SQLiteStore(path, dim=DIM, embedder="b")
+
+
+def test_missing_vector_file_is_rebuilt(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    with SQLiteStore(path, dim=DIM) as store:
+        _fill(store)
+        expected = store.vector_search(unit(4), 6)
+    (tmp_path / "m.db.faiss").unlink()
+    with SQLiteStore(path, dim=DIM) as store:
+        assert store.vector_search(unit(4), 6) == expected
+        assert store.check() == []
+
+
+def test_stale_or_garbage_vector_file_is_rebuilt(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "m.db"
+    with SQLiteStore(path, dim=DIM) as store:
+        _fill(store)
+    with SQLiteStore(path, dim=DIM, persist_vectors=False) as store:  # writes without refreshing the file
+        store.update_node(store.get_node("n0"), unit(7))  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING), SQLiteStore(path, dim=DIM) as store:
+        assert store.vector_search(unit(7), 1)[0][0] == "n0"
+    assert "out of date" in caplog.text
+    (tmp_path / "m.db.faiss").write_bytes(b"not a faiss index")
+    with SQLiteStore(path, dim=DIM) as store:
+        assert store.vector_search(unit(7), 1)[0][0] == "n0"
+        assert store.check() == []
+
+
+def test_vector_drift_is_detected_and_rebuilt(tmp_path: Path) -> None:
+    with SQLiteStore(tmp_path / "m.db", dim=DIM) as store:
+        _fill(store)
+        store._vectors.remove(3)
+        assert [p for p in store.check() if p.startswith("vectors:")]
+        store.rebuild_vectors()
+        assert store.check() == []
+        assert store.vector_search(unit(3), 1)[0][0] == "n3"
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "DELETE FROM nodes_fts WHERE rowid = 2",
+        "INSERT INTO nodes_fts (rowid, body) VALUES (99, 'ghost cats')",
+        "DELETE FROM nodes_fts_data WHERE id > 10",
+        "DROP TABLE nodes_fts",
+    ],
+)
+def test_damaged_fts_is_detected_and_repaired(tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str) -> None:
+    path = tmp_path / "m.db"
+    with SQLiteStore(path, dim=DIM) as store:
+        _fill(store)
+        expected = store.text_search("cats item2", 3)
+    conn = sqlite3.connect(path)
+    conn.execute(damage)
+    conn.commit()
+    conn.close()
+    with caplog.at_level(logging.WARNING), SQLiteStore(path, dim=DIM) as store:
+        assert store.check() == []
+        assert store.text_search("cats item2", 3) == expected
+        assert store.text_search("ghost", 3) == []
+    assert "repairing" in caplog.text
+
+
+@pytest.mark.parametrize("drop_vector_file", [False, True])
+def test_bad_embedding_blob_cannot_be_repaired(tmp_path: Path, drop_vector_file: bool) -> None:
+    path = tmp_path / "m.db"
+    with SQLiteStore(path, dim=DIM) as store:
+        _fill(store)
+    if drop_vector_file:
+        (tmp_path / "m.db.faiss").unlink()
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE nodes SET embedding = x'0000' WHERE seq = 1")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreCorruptionError) as info:
+        SQLiteStore(path, dim=DIM)
+    assert any(p.startswith("embeddings:") for p in info.value.problems)
+
+
+def test_fts_query_quotes_every_token() -> None:
+    assert fts_query('"a" OR b* NEAR( Cats cats') == '"b" OR "near" OR "cats"'
+    assert fts_query("") == ""
+    assert fts_query("the of") == ""
+
+
+def test_kill_9_loses_at_most_the_write_in_flight(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    with SQLiteStore(path, dim=DIM) as store:  # seed, so the saved vector file goes stale during the run
+        store.add_node(make_node("w0", 0, "seed"), unit(0))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "tests/memory/_store_writer.py"), str(path), "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    acked: list[str] = []
+    deadline = time.monotonic() + 8
+    assert proc.stdout is not None
+    while len(acked) < 60 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        acked.append(line.strip())
+    os.kill(proc.pid, signal.SIGKILL)
+    rest, err = proc.communicate(timeout=5)
+    acked += rest.split()
+    assert proc.returncode == -signal.SIGKILL, err
+    assert len(acked) >= 60, err
+
+    with SQLiteStore(path, dim=DIM) as store:
+        assert store.check() == []
+        present = {n.id for n in store.iter_nodes()} - {"w0"}
+        assert set(acked) <= present
+        assert len(present - set(acked)) <= 1
+        for node_id in present:
+            node = store.get_node(node_id)
+            assert node is not None and node.link_status is LinkStatus.ASSESSED
+            assert {e.relation for e in store.edges_from(node_id)} == {"semantic", "temporal_next"}
+        last = max(present, key=lambda i: int(i[1:]))
+        assert store.vector_search(store.embedding(last), 1)[0][0] == last  # type: ignore[arg-type]
+        assert store.text_search(f"item {last[1:]}", 1)
+        assert store.count_edges() == {"semantic": len(present), "temporal_next": len(present)}
