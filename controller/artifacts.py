@@ -189,7 +189,9 @@ def load_artifact(model_dir: str | Path, *, base_path: str | Path | None = None)
         else:
             raise ArtifactError(f"{root}: unknown encoder kind {encoder.get('kind')!r}")
         _load_heads(model, root / "heads.safetensors")
-    except (OSError, KeyError, RuntimeError, ValueError) as error:
+    except ArtifactError:
+        raise
+    except Exception as error:  # safetensors, peft and torch raise their own types for corrupt files
         raise ArtifactError(f"cannot load the model in {root}: {error}") from error
     cal_path = root / "calibration.json"
     calibration = load_calibration(cal_path, digest) if cal_path.exists() else identity(digest)

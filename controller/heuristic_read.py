@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from controller import heuristic_text as ht
+from controller.lexical import STOPWORDS
 from controller.heuristic_write import Similarity, read_memory
 
 # ---------------------------------------------------------------- routing (state {"query"})
@@ -26,9 +27,18 @@ _CAUSAL_Q = ht.cue_pattern(
 _MULTI_HOP = ht.cue_pattern(
     ["both", "compare", "comparison", "how many", "list", "what are", "what kinds", "what kind", "in common",
      "all", "each", "activities", "hobbies", "things", "events", "places", "ways", "times", "books", "pets",
-     "likely", "would", "might", "together", "and", "other", "types", "various"]
+     "likely", "would", "might", "together", "other", "types", "various", "some", "ever"]
 )
-_WHAT_HAS_DONE = re.compile(r"\bwhat\b.*\b(?:has|have)\b.*\b(?:done|made|did|tried)\b", re.IGNORECASE)
+# "What books has Melanie read", "Where has she camped": present perfect gathers several occasions.
+_PERFECT = re.compile(
+    r"\b(?:has|have)\b(?:\s+[\w']+){1,4}?\s+\w+(?:ed|en|ne|wn|ught|ead|ung|ade|een|one)\b", re.IGNORECASE
+)
+_WH_NOUN = re.compile(r"\b(?:what|which)\s+(?:[\w+]+\s+)?(\w{3,}s)\b", re.IGNORECASE)
+
+
+def _multi_hop_cues(query: str) -> int:
+    plural = any(m.group(1).lower() not in STOPWORDS for m in _WH_NOUN.finditer(query))
+    return ht.count(_MULTI_HOP, query) + (1 if _PERFECT.search(query) else 0) + (1 if plural else 0)
 _RECENCY = ht.cue_pattern(
     ["latest", "current", "currently", "now", "recent", "recently", "still", "these days", "at the moment",
      "nowadays", "anymore", "present", "newest", "most recent", "today", "right now", "lately"]
@@ -48,7 +58,7 @@ def routing_logit(name: str, state: Mapping[str, object], sim: Similarity) -> fl
     if name == "entity":
         return -1.2 + 1.6 * min(len(ht.entities(query)), 3)
     if name == "multi_hop":
-        n = ht.count(_MULTI_HOP, query) + (1 if _WHAT_HAS_DONE.search(query) else 0)
+        n = _multi_hop_cues(query)
         return -1.6 + 1.0 * min(n, 3) + 0.8 * (len(ht.entities(query)) >= 2)
     if name == "recency":
         return -2.4 + 3.3 * min(ht.count(_RECENCY, query), 1)

@@ -28,7 +28,7 @@ TICKET = "I was charged twice for my March invoice and the refund has not arrive
 
 
 def body(questions: dict[str, Any] | None = None, state: Any = TICKET, model: str = "jev-latest", **extra: Any) -> dict[str, Any]:
-    return {"model": model, "state": state, "questions": questions or {"refund": NOUL}, **extra}
+    return {"model": model, "state": state, "questions": {"refund": NOUL} if questions is None else questions, **extra}
 
 
 @pytest.fixture(scope="session")

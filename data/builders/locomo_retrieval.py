@@ -1,0 +1,101 @@
+"""LoCoMo relevance and stopping labels (rules and noise: see `data.builders.locomo`)."""
+
+from __future__ import annotations
+
+import random
+
+from data.builders.locomo import ConversationIndex, LocomoRules, turn_text
+from data.locomo import Question
+from data.synthetic.emit import Emitter
+
+ANSWERABLE = (1, 2, 3, 4)  # adversarial questions (5) ask about things that did not happen to that person
+
+
+def _gold(ix: ConversationIndex, q: Question) -> list[int]:
+    return sorted(ix.position[d] for d in q.evidence if d in ix.position)
+
+
+def _blocked(gold: list[int], adjacency: int, n: int) -> set[int]:
+    return {j for g in gold for j in range(max(0, g - adjacency), min(n, g + adjacency + 1))}
+
+
+def _take(ranked: list[int], blocked: set[int], taken: set[int], k: int) -> list[int]:
+    out = []
+    for doc in ranked:
+        if len(out) == k:
+            break
+        if doc not in blocked and doc not in taken:
+            out.append(doc)
+            taken.add(doc)
+    return out
+
+
+def bridge_candidates(ix: ConversationIndex, gold: list[int], blocked: set[int]) -> list[int]:
+    """Non-gold turns sharing a named entity or >= 2 rare topic words with some gold turn."""
+    out = []
+    for i in range(len(ix.turns)):
+        if i in blocked:
+            continue
+        for g in gold:
+            if ix.ents[i] & ix.ents[g] or len(ix.rare[i] & ix.rare[g]) >= 2:
+                out.append(i)
+                break
+    return out
+
+
+def relevance_examples(ix: ConversationIndex, emit: Emitter, rules: LocomoRules) -> None:
+    rng = emit.rng
+    n = len(ix.turns)
+    for q in ix.conv.questions:
+        gold = _gold(ix, q)
+        if q.category not in ANSWERABLE or not gold:
+            continue
+        blocked = _blocked(gold, rules.adjacency, n)
+        for g in gold:
+            labels = {"relevant": 1, "bridge": 1} if len(gold) > 1 else {"relevant": 1}
+            emit.emit("relevance", {"query": q.question, "memory": turn_text(ix.turns[g])}, labels, notes="locomo:gold")
+        taken: set[int] = set()
+        bridges = bridge_candidates(ix, gold, blocked)
+        for i in rng.sample(bridges, min(rules.bridges, len(bridges))):
+            taken.add(i)
+            emit.emit("relevance", {"query": q.question, "memory": turn_text(ix.turns[i])}, {"relevant": 0, "bridge": 1},
+                      weights={"bridge": 0.5}, notes="locomo:bridge")
+        bridge_set = set(bridges)
+        negatives = [("bm25", i) for i in _take(ix.bm25_rank(q.question), blocked, taken, rules.bm25_negatives)]
+        negatives += [("dense", i) for i in _take(ix.dense_rank(q.qid), blocked, taken, rules.dense_negatives)]
+        pool = [i for i in range(n) if i not in blocked and i not in taken]
+        negatives += [("random", i) for i in rng.sample(pool, min(rules.random_negatives, len(pool)))]
+        for kind, i in negatives:
+            bridge = int(i in bridge_set)
+            emit.emit("relevance", {"query": q.question, "memory": turn_text(ix.turns[i])}, {"relevant": 0, "bridge": bridge},
+                      weights={"bridge": 0.5}, notes=f"locomo:{kind}")
+
+
+def stopping_examples(ix: ConversationIndex, emit: Emitter, rules: LocomoRules) -> None:
+    rng = emit.rng
+    n = len(ix.turns)
+    weights = {"missing_evidence": 0.7, "contradiction": 0.3}
+    for q in ix.conv.questions:
+        gold = _gold(ix, q)
+        if q.category not in ANSWERABLE or not gold or len(gold) > rules.stopping_max_items:
+            continue
+        blocked = _blocked(gold, rules.adjacency, n)
+        distractors = _take(ix.bm25_rank(q.question), blocked, set(), 2 * rules.stopping_max_items)
+        room = rules.stopping_max_items - len(gold)
+        chosen = gold + rng.sample(distractors, min(len(distractors), rng.randint(0, room)))
+        _emit_set(ix, emit, q, chosen, sufficient=True, weights=weights, rng=rng)
+        for _ in range(rules.stopping_insufficient):
+            keep = rng.sample(gold, rng.randrange(len(gold)))  # drops at least one gold turn
+            extra = rng.sample(distractors, min(len(distractors), rng.randint(1 if not keep else 0, rules.stopping_max_items - len(keep))))
+            if keep or extra:
+                _emit_set(ix, emit, q, keep + extra, sufficient=False, weights=weights, rng=rng)
+
+
+def _emit_set(ix: ConversationIndex, emit: Emitter, q: Question, items: list[int], *, sufficient: bool,
+              weights: dict[str, float], rng: random.Random) -> None:
+    items = list(items)
+    rng.shuffle(items)
+    state = {"query": q.question, "evidence": [turn_text(ix.turns[i], dated=True) for i in items], "depth": rng.randint(0, 3)}
+    s = int(sufficient)
+    targets = {"evidence_sufficient": s, "continue_useful": 1 - s, "missing_evidence": 1 - s, "contradiction": 0}
+    emit.emit("stopping", state, targets, weights=weights, notes=f"locomo:{'sufficient' if s else 'insufficient'}")

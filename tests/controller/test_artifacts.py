@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from controller.artifacts import ArtifactMeta, add_lora, artifact_hash, load_artifact, load_untrained, save_artifact
+from controller.calibration import Calibration, save_calibration
+from controller.errors import ArtifactError, CalibrationMismatchError
+from controller.packing import make_batches
+from controller.backend import BackendRequest
+from controller.families import family_questions
+from controller.questions import normalize_questions
+from controller.template import tokenize_request
+from controller.torch_model import to_tensors
+from tests.controller.conftest import pair_state
+
+
+def _logits(model, tokenizer) -> np.ndarray:  # type: ignore[no-untyped-def]
+    tok = tokenize_request(BackendRequest(pair_state(), tuple(normalize_questions(family_questions("pair")).values())), tokenizer)
+    (batch,), _ = make_batches([tok])
+    with torch.inference_mode():
+        return model(**to_tensors(batch.arrays())).numpy()
+
+
+def test_full_weights_round_trip(tiny_artifact, _tiny_model, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    loaded = load_artifact(tiny_artifact)
+    assert loaded.trained and loaded.info.name == "tiny-0.0.1" and loaded.info.description == "tiny test model"
+    assert loaded.model_hash == artifact_hash(tiny_artifact)
+    assert loaded.calibration.model_hash == loaded.model_hash
+    assert np.array_equal(_logits(loaded.model, tokenizer), _logits(_tiny_model, tokenizer))
+    for name in ("config.json", "heads.safetensors", "encoder.safetensors", "calibration.json", "metrics.json", "MODEL_CARD.md"):
+        assert (tiny_artifact / name).exists()
+
+
+def test_hash_covers_weights_not_metrics(tiny_artifact, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    copy = tmp_path / "m"
+    shutil.copytree(tiny_artifact, copy)
+    before = artifact_hash(copy)
+    (copy / "metrics.json").write_text('{"accuracy": 1.0}')
+    assert artifact_hash(copy) == before
+    data = bytearray((copy / "heads.safetensors").read_bytes())
+    data[-1] ^= 1
+    (copy / "heads.safetensors").write_bytes(bytes(data))
+    assert artifact_hash(copy) != before
+
+
+def test_calibration_for_another_model_is_refused(tiny_artifact, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    copy = tmp_path / "m"
+    shutil.copytree(tiny_artifact, copy)
+    save_calibration(Calibration({"noul": 2.0}, "someone-else"), copy / "calibration.json")
+    with pytest.raises(CalibrationMismatchError):
+        load_artifact(copy)
+
+
+def test_broken_directories_raise_artifact_error(tiny_artifact, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ArtifactError):
+        load_artifact(tmp_path)
+    copy = tmp_path / "m"
+    shutil.copytree(tiny_artifact, copy)
+    config = json.loads((copy / "config.json").read_text())
+    config["template"]["template_version"] = "packed-0"
+    (copy / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ArtifactError, match="template"):
+        load_artifact(copy)
+    shutil.copytree(tiny_artifact, tmp_path / "n")
+    (tmp_path / "n" / "heads.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(ArtifactError):
+        load_artifact(tmp_path / "n")
+
+
+def test_lora_adapter_is_saved_small_and_merged_on_load(tiny_base_dir, tokenizer, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from controller.artifacts import _base_model
+
+    model = add_lora(_base_model(tiny_base_dir))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.2, generator=torch.Generator().manual_seed(3))
+            if name.startswith("heads"):
+                p.add_(0.5)
+    model.eval()
+    expected = _logits(model, tokenizer)
+    out = tmp_path / "lora"
+    save_artifact(model, out, ArtifactMeta(name="tiny-lora"), base_path=tiny_base_dir)
+    assert (out / "adapter" / "adapter_config.json").exists() and not (out / "encoder.safetensors").exists()
+    config = json.loads((out / "config.json").read_text())
+    assert config["encoder"]["kind"] == "lora" and len(config["base_model"]["sha256"]) == 64
+    loaded = load_artifact(out, base_path=tiny_base_dir)
+    assert not any("lora" in n for n in loaded.model.state_dict())
+    assert np.abs(_logits(loaded.model, tokenizer) - expected).max() < 1e-5
+
+
+def test_adapter_on_other_base_weights_is_refused(tiny_base_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from controller.artifacts import _base_model
+
+    save_artifact(add_lora(_base_model(tiny_base_dir)), tmp_path / "a", base_path=tiny_base_dir)
+    other = tmp_path / "other-base"
+    shutil.copytree(tiny_base_dir, other)
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(str(other / "model.safetensors"))
+    first = sorted(weights)[0]
+    weights[first] = weights[first] + 1
+    save_file(weights, str(other / "model.safetensors"))
+    with pytest.raises(ArtifactError, match="sha256"):
+        load_artifact(tmp_path / "a", base_path=other)
+
+
+def test_untrained_model_is_named_as_such(tiny_base_dir) -> None:  # type: ignore[no-untyped-def]
+    a, b = load_untrained(tiny_base_dir), load_untrained(tiny_base_dir)
+    assert not a.trained and "untrained" in a.info.name and "UNTRAINED" in a.info.description
+    assert a.model_hash == b.model_hash
+    assert torch.equal(a.model.heads.weight, b.model.heads.weight)  # fixed seed

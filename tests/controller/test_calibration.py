@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from controller.calibration import (
+    Calibration,
+    fit_temperatures,
+    group_of,
+    identity,
+    load_calibration,
+    save_calibration,
+)
+from controller.errors import ArtifactError, CalibrationMismatchError
+
+
+def test_groups() -> None:
+    assert group_of("noul", 1) == "noul"
+    assert [group_of("choice", n) for n in (2, 3, 4, 5, 8, 9, 255)] == ["choice:2", "choice:3-4", "choice:3-4", "choice:5-8", "choice:5-8", "choice:9+", "choice:9+"]
+    assert [group_of("score", n) for n in (2, 3, 4, 6, 7, 10)] == ["score:2-3", "score:2-3", "score:4-6", "score:4-6", "score:7-10", "score:7-10"]
+
+
+def test_identity_is_sigmoid_and_softmax() -> None:
+    cal = identity("h")
+    assert cal.probabilities("noul", np.array([0.0])) == (0.5,)
+    assert math.isclose(cal.probabilities("noul", np.array([2.0]))[0], 1 / (1 + math.exp(-2)))
+    probs = cal.probabilities("choice", np.array([1.0, 2.0, 3.0]))
+    assert math.isclose(sum(probs), 1.0) and probs[2] > probs[1] > probs[0]
+    assert identity().probabilities("noul", np.array([-1000.0]))[0] == 0.0  # no overflow
+
+
+def test_fit_recovers_a_known_temperature() -> None:
+    rng = np.random.default_rng(0)
+    true_logits = rng.normal(0, 2, size=4000)
+    labels = (rng.random(4000) < 1 / (1 + np.exp(-true_logits))).astype(float)
+    choice = rng.normal(0, 1.5, size=(3000, 3))
+    p = np.exp(choice) / np.exp(choice).sum(1, keepdims=True)
+    picks = [int(rng.choice(3, p=row)) for row in p]
+    # The model is over-confident by 3x (noul) and under-confident by 2x (choice).
+    logits = [[z * 3] for z in true_logits] + [list(row / 2) for row in choice]
+    targets = list(labels) + picks
+    groups = ["noul"] * 4000 + ["choice:3-4"] * 3000
+    cal = fit_temperatures(logits, targets, groups, model_hash="abc")
+    assert cal.temperatures["noul"] == pytest.approx(3.0, rel=0.15)
+    assert cal.temperatures["choice:3-4"] == pytest.approx(0.5, rel=0.15)
+    assert cal.temperature("score", 5) == 1.0 and cal.fitted_on == {"choice:3-4": 3000, "noul": 4000}
+
+
+def test_round_trip_and_hash_check(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    cal = Calibration({"noul": 1.7, "score:4-6": 0.8}, "hash-a", {"noul": 10})
+    path = tmp_path / "calibration.json"
+    save_calibration(cal, path)
+    assert load_calibration(path, "hash-a") == cal
+    with pytest.raises(CalibrationMismatchError):
+        load_calibration(path, "hash-b")
+
+
+def test_invalid_temperatures_are_refused() -> None:
+    with pytest.raises(ArtifactError):
+        Calibration({"noul": 0.0})
+    with pytest.raises(ArtifactError):
+        Calibration({"choice:7": 1.0})

@@ -1,0 +1,209 @@
+"""The closed-loop read path: routing, budget, seeds, batched judging, expansion, stopping, ranking."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from controller.families import ROUTES
+from memory.config import EngineConfig
+from memory.errors import InvalidQueryError
+from memory.routing import active_views, allocate_budget, depth_for, plan_route
+from memory.traversal import current, hybrid_seeds
+from memory.types import Edge, EdgeOrigin
+from memory.write_path import fingerprint
+from tests.memory.engine_fakes import RuleBackend, make_engine, obs
+
+FILLER = [f"Caroline: chat line {i} about painting and music and the weather" for i in range(12)]
+
+
+def constant(p: float) -> RuleBackend:
+    """Every Noul answers p; every Choice is uniform."""
+    rules: dict[tuple[str, str], Any] = {}
+    for family, names in {
+        "typing": ("episodic", "semantic", "procedural", "preference"),
+        "pair": ("semantic", "causal", "same_episode", "update", "entity_equivalence"),
+        "routing": ROUTES,
+        "relevance": ("relevant", "bridge"),
+        "stopping": ("evidence_sufficient", "continue_useful", "missing_evidence", "contradiction"),
+        "consolidation": ("redundant", "contradiction", "obsolete", "link_useful"),
+    }.items():
+        for name in names:
+            rules[(family, name)] = lambda s, p=p: p
+    rules[("pair", "temporal")] = lambda s: {}
+    rules[("consolidation", "representation")] = lambda s: {}
+    return RuleBackend(rules)
+
+
+# ---------------------------------------------------------------- routing and budget (pure)
+def test_budget_floor_then_proportional_to_p_gamma() -> None:
+    probs = {"semantic": 0.9, "temporal": 0.6, "causal": 0.1, "entity": 0.3}
+    budgets = allocate_budget(("semantic", "temporal"), probs, 40, 4, 2.0)
+    assert sum(budgets.values()) == 40
+    rest = 32
+    assert budgets["semantic"] == 4 + round(rest * 0.81 / (0.81 + 0.36))
+    assert budgets["temporal"] == 40 - budgets["semantic"]
+
+
+def test_budget_smaller_than_the_floors_is_shared_evenly() -> None:
+    budgets = allocate_budget(("semantic", "temporal", "entity"), {"semantic": 1.0, "temporal": 0.5, "entity": 0.5}, 7, 4, 2.0)
+    assert sum(budgets.values()) == 7 and min(budgets.values()) >= 2
+    assert allocate_budget(("semantic",), {}, 0, 4, 2.0) == {"semantic": 0}
+
+
+def test_active_views_keep_semantic_as_fallback_and_sort_by_p() -> None:
+    assert active_views({"semantic": 0.1, "temporal": 0.2, "causal": 0.4, "entity": 0.45}, 0.5) == ("semantic",)
+    assert active_views({"semantic": 0.6, "temporal": 0.9, "causal": 0.7, "entity": 0.1}, 0.5) == ("temporal", "causal", "semantic")
+
+
+def test_depth_grows_with_multi_hop_need() -> None:
+    assert [depth_for(p, 3) for p in (0.0, 0.24, 0.25, 0.74, 1.0)] == [1, 1, 2, 2, 3]
+    route = plan_route({"semantic": 0.9, "multi_hop": 1.0}, EngineConfig(max_depth=4), budget=10)
+    assert route.depth == 4 and route.budgets == {"semantic": 10}
+
+
+# ---------------------------------------------------------------- the loop
+def test_request_shapes_and_one_batched_call_per_round() -> None:
+    backend = RuleBackend()
+    engine = make_engine(backend, consolidation_every=0)
+    for i, text in enumerate(FILLER[:5]):
+        engine.write(obs(text, i))
+    backend.requests.clear()
+    calls = backend.calls
+    result = engine.query("What did Caroline say about painting?", k=3)
+    families = backend.families_seen()
+    route_req = backend.requests[0]
+    assert route_req.state == {"query": "What did Caroline say about painting?"} and len(route_req.questions) == 6
+    relevance = [r for r in backend.requests if "memory" in r.state]
+    assert relevance and all(set(r.state) == {"query", "memory"} for r in relevance)
+    stops = [r for r in backend.requests if "evidence" in r.state]
+    assert stops and all(set(s.state) == {"query", "evidence", "depth"} for s in stops)
+    rounds = sum(1 for s in result.trace if s.phase == "judge")
+    assert backend.calls - calls == 1 + 2 * rounds  # route + (judge batch + stop) per round
+    assert result.controller_requests == len(backend.requests) and result.controller_questions == sum(
+        len(r.questions) for r in backend.requests)
+    assert families.count("routing") == 6
+
+
+def test_stops_when_evidence_is_sufficient() -> None:
+    engine = make_engine(RuleBackend({("stopping", "evidence_sufficient"): lambda s: 0.95}))
+    for i, text in enumerate(FILLER[:4]):
+        engine.write(obs(text, i))
+    result = engine.query("painting", k=2)
+    assert result.stopped_reason == "sufficient" and len(result.evidence) == 2
+    assert [s.phase for s in result.trace] == ["route", "seed", "judge", "stop"]
+
+
+def test_stops_when_another_round_is_not_useful() -> None:
+    engine = make_engine(RuleBackend({("stopping", "continue_useful"): lambda s: 0.05}))
+    for i, text in enumerate(FILLER[:4]):
+        engine.write(obs(text, i))
+    assert engine.query("painting", k=2).stopped_reason == "not_useful"
+
+
+def test_uninformative_controller_keeps_the_hybrid_rrf_order() -> None:
+    engine = make_engine(constant(0.5), consolidation_every=0, n_seeds=5, seed_pool=8)
+    for i, text in enumerate([*FILLER, "Melanie: painting a sunset by the lake", "Melanie: the lake was cold"]):
+        engine.write(obs(text, i))
+    query = "painting the lake"
+    result = engine.query(query, k=5)
+    store, cfg = engine.store, engine.config
+    lexical = [i for i, _ in store.text_search(query, cfg.seed_pool)]
+    dense = [i for i, _ in store.vector_search(engine.embedder.embed([query])[0], cfg.seed_pool)]
+    rrf: dict[str, float] = {}
+    for ids, w in ((lexical, 1.0), (dense, cfg.dense_weight)):
+        for r, node_id in enumerate(ids):
+            rrf[node_id] = rrf.get(node_id, 0.0) + w / (cfg.rrf_k + r + 1)
+    expected = sorted(rrf, key=lambda i: -rrf[i])[:5]
+    assert [e.node_id for e in result.evidence] == expected
+    assert result.stopped_reason in ("depth", "budget", "exhausted")
+
+
+def test_graph_expansion_reaches_evidence_that_retrieval_misses() -> None:
+    target_text = "Mira: the repair shop quoted three hundred euros"
+    rules = {("relevance", "relevant"): lambda s: 0.95 if "repair" in s["memory"]["content"] or "bicycle" in s["memory"]["content"] else 0.05,
+             ("routing", "causal"): lambda s: 0.9, ("routing", "multi_hop"): lambda s: 1.0}
+    engine = make_engine(RuleBackend(rules), consolidation_every=0, n_seeds=2, seed_pool=3)
+    for i, text in enumerate(FILLER):
+        engine.write(obs(text, i))
+    target = engine.write(obs(target_text, 100)).node_id
+    for i, text in enumerate(FILLER):
+        engine.write(obs(text.replace("chat", "talk"), 200 + i))
+    seed = engine.write(obs("Mira: I bought a new bicycle", 300)).node_id
+    engine.link(target, seed, "causal")
+    query = "Why buy a new bicycle?"
+    pool = hybrid_seeds(engine.store, engine.embedder.embed([query])[0], query, engine.config)
+    assert target not in {c.node.id for c in pool}
+    result = engine.query(query, k=3)
+    got = {e.node_id: e for e in result.evidence}
+    assert seed in got and target in got
+    assert got[target].via == "expand:causal" and got[target].depth == 1
+    assert "causal" in result.active_views
+
+
+def test_stale_inferred_edges_are_not_walked() -> None:
+    a = replace_fp("a", "old text")
+    b = replace_fp("b", "other")
+    edge = Edge("a", "b", "semantic", EdgeOrigin.INFERRED, 0.9, fingerprint("old text"), fingerprint("other"))
+    assert current(edge, a, b)
+    assert not current(edge, replace(a, fingerprint=fingerprint("new text")), b)
+    assert current(replace(edge, origin=EdgeOrigin.EXPLICIT), replace(a, fingerprint="x"), b)
+
+
+def replace_fp(node_id: str, text: str) -> Any:
+    from memory.types import LinkStatus, Node
+
+    return Node(node_id, text, None, None, None, (), (), {}, fingerprint(text), 0, LinkStatus.ASSESSED)
+
+
+def test_zero_budget_means_no_expansion() -> None:
+    engine = make_engine()
+    for i, text in enumerate(FILLER[:4]):
+        engine.write(obs(text, i))
+    result = engine.query("painting", k=4, budget=0)
+    assert result.stopped_reason == "budget"
+    assert all(e.via.startswith("seed:") for e in result.evidence)
+
+
+def test_controller_unavailable_returns_the_hybrid_ranking_and_says_so() -> None:
+    backend = RuleBackend()
+    engine = make_engine(backend)
+    for i, text in enumerate(FILLER[:4]):
+        engine.write(obs(text, i, source=f"D1:{i}"))
+    backend.fail = True
+    result = engine.query("painting and music", k=3)
+    assert result.stopped_reason == "controller_unavailable" and len(result.evidence) == 3
+    assert any(s.phase == "error" for s in result.trace)
+    assert all(e.source_ids and e.via.startswith("seed:") for e in result.evidence)
+
+
+def test_evidence_carries_provenance_and_extractive_answer() -> None:
+    engine = make_engine()
+    engine.write(obs("Mira: My old bicycle broke.", 0, source="D1:3"))
+    result = engine.query("What happened to the bicycle?", k=5, answer=True)
+    assert result.evidence[0].source_ids == ("D1:3",) and result.evidence[0].speaker == "Mira"
+    assert result.answer_source == "extractive" and "bicycle broke" in result.answer
+
+
+def test_empty_store_and_bad_queries() -> None:
+    engine = make_engine()
+    result = engine.query("anything?")
+    assert result.evidence == () and result.stopped_reason == "exhausted"
+    for bad in ("", "   "):
+        with pytest.raises(InvalidQueryError):
+            engine.query(bad)
+    with pytest.raises(InvalidQueryError):
+        engine.query("x", k=0)
+
+
+def test_superseded_nodes_drop_when_recency_matters() -> None:
+    rules = {("routing", "recency"): lambda s: 1.0, ("relevance", "relevant"): lambda s: 0.5}
+    engine = make_engine(RuleBackend(rules), consolidation_every=0, superseded_penalty=0.5)
+    old = engine.write(obs("Mira: I live in Lyon now", 0)).node_id
+    new = engine.write(obs("Mira: I live in Paris now", 1)).node_id
+    node = engine.store.get_node(old)
+    engine.store.update_node(replace(node, superseded_by=new))
+    ranked = [e.node_id for e in engine.query("where does Mira live now", k=2).evidence]
+    assert ranked == [new, old]
