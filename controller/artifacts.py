@@ -258,7 +258,9 @@ def _full_model(bert_config: dict[str, Any], weights: Path, *, seed: int = 0) ->
     from controller.torch_model import PackedCrossEncoder
 
     model = PackedCrossEncoder.from_config(BertConfig(**bert_config), seed=seed)
-    state = {k.removeprefix("bert."): v for k, v in load_file(str(weights)).items() if not k.removeprefix("bert.").startswith("pooler.")}
+    # Old checkpoints also carry the pooler (unused here) and the `position_ids` buffer (rebuilt by BertModel).
+    skip = ("pooler.", "embeddings.position_ids")
+    state = {k.removeprefix("bert."): v for k, v in load_file(str(weights)).items() if not k.removeprefix("bert.").startswith(skip)}
     missing, unexpected = model.bert.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise ArtifactError(f"{weights}: missing {missing[:5]}, unexpected {unexpected[:5]}")

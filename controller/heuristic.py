@@ -18,12 +18,14 @@ test double of the rest of the repo; it is not a trained model and its probabili
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -32,6 +34,7 @@ from controller import families
 from controller import heuristic_text as ht
 from controller.backend import BackendRequest, BackendResult, ModelInfo
 from controller.embedding import Embedder, HashingEmbedder, MiniLMEmbedder
+from controller.errors import BackendUnavailableError, InputTooLongError
 from controller.heuristic_read import relevance_logit, routing_logit, stopping_logit
 from controller.heuristic_write import (
     Similarity,
@@ -194,13 +197,15 @@ def _softmax(logits: Sequence[float]) -> tuple[float, ...]:
 
 # ---------------------------------------------------------------- usage
 
+_NO_LIMIT = 1 << 40
 _counter_lock = threading.Lock()
 _counter: Callable[[BackendRequest], int] | None = None
 
 
 def count_input_tokens(request: BackendRequest) -> int:
-    """Input tokens of a request: `controller.template.count_input_tokens` when that module exists, else
-    an estimate with the base model's tokenizer (state JSON + every question / option text + markers)."""
+    """Input tokens of a request as the packed template encodes it (`controller.template`), without the
+    local model's length limits (this backend reads any length). Without the template module: an estimate
+    with the base model's tokenizer (state JSON + every question / option text + markers)."""
     global _counter
     with _counter_lock:
         if _counter is None:
@@ -211,11 +216,11 @@ def count_input_tokens(request: BackendRequest) -> int:
 
 def _resolve_counter() -> Callable[[BackendRequest], int]:
     try:
-        from controller.template import count_input_tokens as template_count
+        template = importlib.import_module("controller.template")
     except ImportError:
         log.debug("controller.template is not available; counting tokens with the base tokenizer")
     else:
-        return template_count
+        return partial(_count_with_template, template)
     encode = _tokenizer_encoder()
 
     def estimate(request: BackendRequest) -> int:
@@ -233,10 +238,25 @@ def _resolve_counter() -> Callable[[BackendRequest], int]:
     return estimate
 
 
+def _count_with_template(template: Any, request: BackendRequest) -> int:
+    try:
+        return int(template.count_input_tokens(request))
+    except InputTooLongError:
+        # Over the local model's limits, which do not apply here: count the packed tokens all the same.
+        return int(template.tokenize_request(request, max_positions=_NO_LIMIT, max_request_tokens=_NO_LIMIT).packed_tokens)
+    except BackendUnavailableError as error:  # the base model's tokenizer is missing
+        log.warning("template tokenizer unavailable (%s); input_tokens is a word-count estimate", error)
+        return _word_count(_text(request.state)) + sum(_word_count(_text(q.to_wire())) for q in request.questions)
+
+
 def _text(value: Any) -> str:
     if value is None:
         return ""
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _word_count(text: str) -> int:
+    return len(text.split()) + text.count(",") + text.count(".")
 
 
 def _tokenizer_encoder() -> Callable[[str], int]:
@@ -250,5 +270,5 @@ def _tokenizer_encoder() -> Callable[[str], int]:
         tokenizer.no_padding()
     except Exception as error:  # tokenizer package or base model files missing: count words instead
         log.warning("base tokenizer unavailable (%s); input_tokens is a word-count estimate", error)
-        return lambda text: len(text.split()) + text.count(",") + text.count(".") if text else 0
+        return _word_count
     return lambda text: len(tokenizer.encode(text, add_special_tokens=False).ids) if text else 0

@@ -1,6 +1,18 @@
 """Heuristic rules for the read-path families: routing, candidate relevance and stopping.
 
 Same conventions as `heuristic_write`: rules return logits, hand-set slopes, a baseline rather than a fit.
+
+- routing: temporal = when / what date / how long / before / after / year / month names; causal = why /
+  because / reason / what made; entity = number of capitalised names; multi_hop = both / compare / how many /
+  list / plural "what activities" / present perfect "what has X done" / would / likely, + two or more names;
+  recency = latest / current / now / recently / still; semantic = high unless the query has no content word.
+- relevance.relevant: rarity-weighted coverage of the query's stems by the memory (a BM25-like idf prior:
+  frequent words count 0.3, longer words a bit more) + cosine + query names found in the memory (or as its
+  speaker) + a bonus when a "when" query meets a memory with a date or relative time. bridge: shares a
+  non-speaker name with the query while covering little of it.
+- stopping: coverage of the query's stems (and names) by all evidence texts; evidence_sufficient rises with
+  it; continue_useful falls with depth and coverage; missing_evidence = uncovered names (or stems);
+  contradiction = the strongest negation / number mismatch between two overlapping evidence items.
 """
 
 from __future__ import annotations

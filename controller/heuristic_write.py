@@ -3,6 +3,24 @@
 Every rule returns logits (one per Noul, one per known option for a Choice); the backend maps them
 through a logistic / softmax and clips. The slopes were set by hand on a few LoCoMo-like examples so that
 unrelated inputs land near 0.05-0.2 and clear cases near 0.8-0.95; they are a baseline, not a fit.
+
+Features of a pair: `lexical` (rarity-weighted shared stems / the smaller side), `cosine` (embedding, rescaled),
+`related` (their mean), shared entities, hours between the timestamps, the order of the event times (a
+timestamp shifted by "last week", "two days ago", ...), negation / number / antonym mismatches.
+
+- typing: cue counts. episodic: yesterday / last week / went / did / a relative time; semantic: works as /
+  lives in / is a / has a (+ weak is / has); procedural: how to / steps / first ... then / recipe verbs;
+  preference: love / like / prefer / hate / favorite (minus "looks like"-style uses of like).
+- pair.semantic: lexical + cosine + shared entities. same_episode: related + timestamps within an hour
+  (strong), a day (weak), days apart (against). causal (b causes a): causal cues (because, so, after, led to,
+  ...) + related + b earlier. entity_equivalence: a name only in a aliases a name only in b (nickname table,
+  prefix `Mel`/`Melanie`, part of a full name). update (a updates b): related + change cues (now, no longer,
+  switched, ...) + a later + same speaker + mismatches, the positive signals gated by relatedness.
+  temporal (Choice): before / after from the event times, same_time within 30 minutes, unknown without times.
+- consolidation: redundant = share of a's stems found in b and cosine, minus any negation / number mismatch;
+  contradiction = mismatches scaled by relatedness; obsolete = the update rule; link_useful = relatedness +
+  entities; representation (Choice) from those: merge_summary when redundant, supersede when obsolete,
+  link when linked, keep_separate otherwise.
 """
 
 from __future__ import annotations
@@ -10,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from datetime import datetime
 
 from controller import heuristic_text as ht
@@ -112,22 +131,28 @@ class Memory:
 def read_memory(value: object) -> Memory:
     text = ht.content_of(value)
     speaker: str | None = None
-    stamp: object = None
-    given: object = ()
+    stamp: str | int | float | None = None
+    given: tuple[str, ...] = ()
     if isinstance(value, Mapping):
         raw_speaker = value.get("speaker")
         speaker = raw_speaker.strip().lower() if isinstance(raw_speaker, str) and raw_speaker.strip() else None
         for key in ("timestamp", "event_time", "observed_at", "time", "date"):
             if value.get(key) is not None:
-                stamp = value[key]
+                raw = value[key]
+                stamp = raw if isinstance(raw, (str, int, float)) and not isinstance(raw, bool) else None
                 break
-        given = value.get("entities") or ()
+        raw_entities = value.get("entities")
+        if isinstance(raw_entities, (list, tuple)):
+            given = tuple(str(e).strip().lower() for e in raw_entities if isinstance(e, str) and e.strip())
+    return _read_memory(text, speaker, stamp, given)
+
+
+@lru_cache(maxsize=8192)  # the same memory is read by every question of a request, and across requests
+def _read_memory(text: str, speaker: str | None, stamp: str | int | float | None, given: tuple[str, ...]) -> Memory:
     head, sep, _ = text.partition(":")
     if sep and 0 < len(head) <= 30 and head[:1].isupper() and len(head.split()) <= 3:
         speaker = speaker or head.strip().lower()  # "Caroline: ..." names the speaker
-    names = set(ht.entities(text))
-    if isinstance(given, (list, tuple)):
-        names |= {str(e).strip().lower() for e in given if isinstance(e, str) and e.strip()}
+    names = set(ht.entities(text)) | set(given)
     names.discard(speaker or "")
     time = ht.parse_time(stamp)
     offset = ht.relative_offset(text)
@@ -253,7 +278,7 @@ def consolidation_logit(name: str, state: Mapping[str, object], sim: Similarity)
     p = read_pair(state, sim)
     if name == "redundant":
         dup = 0.7 * p.a_in_b + 0.3 * p.cosine
-        return -6.5 + 9.5 * dup - 2.0 * p.neg_mismatch - 1.0 * p.num_conflict
+        return -6.5 + 9.5 * dup - 4.0 * p.neg_mismatch - 2.0 * p.num_conflict
     if name == "contradiction":
         conflict = 2.2 * p.neg_mismatch + 1.0 * p.num_conflict + 1.2 * p.antonym
         return -3.2 + 1.5 * p.lexical + conflict * min(1.0, 2.0 * p.related)

@@ -95,8 +95,15 @@ Question: TypeAlias = Union[NoulQuestion, ChoiceQuestion, ScoreQuestion]
 
 
 def signature(question: Question) -> str:
-    """Content identity of a question (keys excluded): equal signatures get identical answers."""
-    return canonical_json(question.to_wire())
+    """Content identity of a question (keys excluded): equal signatures get identical answers.
+
+    Choice options keep their request order (a list of pairs): a reordered Choice is another question,
+    answered with its own option order. Object keys inside content are sorted.
+    """
+    wire = question.to_wire()
+    if isinstance(question, ChoiceQuestion):
+        wire["criteria"] = [[name, desc] for name, desc in question.options]
+    return canonical_json(wire)
 
 
 def validate_state(state: object) -> Content:
@@ -114,9 +121,9 @@ def validate_state(state: object) -> Content:
 
 def normalize_questions(questions: Mapping[str, Any]) -> dict[str, Question]:
     """Validate SDK question objects or plain dicts; return them keyed as given, in order."""
-    if not isinstance(questions, Mapping):
+    if questions and not isinstance(questions, Mapping):
         raise InvalidRequestError("questions must be an object mapping names to questions", loc=("questions",))
-    _sdk_checks(questions)
+    _sdk_checks(questions)  # also refuses None / empty with the SDK's message
     out: dict[str, Question] = {}
     for key, raw in questions.items():
         if not isinstance(key, str) or not key:
@@ -171,9 +178,14 @@ def _parse_one(key: str, raw: dict[str, Any]) -> Question:
             )
         return NoulQuestion(instructions, true, false)
     if kind == "choice":
-        if not isinstance(criteria, Mapping) or not criteria:
+        if not criteria:
             raise InvalidRequestError(
                 f'Choice question "{key}" has no criteria; at least one choice is required.', loc=(*loc, "criteria")
+            )
+        if not isinstance(criteria, Mapping):
+            raise InvalidRequestError(
+                f'Choice question "{key}" criteria must be an object mapping option names to descriptions.',
+                loc=(*loc, "criteria"),
             )
         if len(criteria) > MAX_OPTIONS:
             raise UnsupportedQuestionError(

@@ -21,7 +21,7 @@ import logging
 import math
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from controller.backend import BackendRequest, BackendResult, ModelInfo
 from controller.errors import BackendError, BackendUnavailableError, InvalidRequestError
@@ -49,7 +49,8 @@ class RemoteInvalidRequestError(InvalidRequestError):
 class RemoteBackend:
     """A backend that asks a remote System One server. `model` pins the model sent with every request;
     without it the first non-alias model the server lists is used. `info` comes from the server's model
-    list, fetched once on first need. `retry` is the SDK's `RetryPolicy` (default: the SDK's)."""
+    list, fetched once on first need. `retry` (a `RetryPolicy`) and `compression` (`False` for servers that
+    cannot read zstd bodies) go to the SDK client as they are."""
 
     def __init__(
         self,
@@ -60,12 +61,14 @@ class RemoteBackend:
         transport: httpx2.BaseTransport | None = None,
         *,
         retry: RetryPolicy | None = None,
+        compression: Literal["zstd", False] | None = None,
     ) -> None:
         from typesafe_sdk import TypeSafeClient, TypeSafeError
 
         try:
             self._client: TypeSafeClient = TypeSafeClient(
-                api_key=api_key, base_url=base_url, model=model, timeout=timeout, transport=transport, retry=retry
+                api_key=api_key, base_url=base_url, model=model, timeout=timeout, transport=transport, retry=retry,
+                compression=compression,
             )
         except TypeSafeError as error:
             raise BackendUnavailableError(f"the remote backend is not configured: {error}") from error

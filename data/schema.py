@@ -217,12 +217,25 @@ def write_jsonl(path: str | Path, examples: Iterable[DecisionExample], *, append
     """Write (or append) one JSON record per line; returns the number written."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if append:
+        _drop_torn_tail(path)
     n = 0
     with path.open("a" if append else "w", encoding="utf-8") as handle:
         for example in examples:
             handle.write(example.to_json() + "\n")
             n += 1
     return n
+
+
+def _drop_torn_tail(path: Path) -> None:
+    """Cut a last line without its newline (an interrupted append) so that appends start on a fresh line."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with path.open("rb+") as handle:
+        data = handle.read()
+        if data.endswith(b"\n"):
+            return
+        handle.truncate(data.rfind(b"\n") + 1)
 
 
 def read_jsonl(path: str | Path) -> Iterator[DecisionExample]:

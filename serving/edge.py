@@ -7,7 +7,7 @@
     other controller errors                                           500 internal_error (logged, no trace)
     serving HTTPFacingError                                           its own status / error_type
     memory NodeNotFoundError (engine or store)                        404 not_found
-    memory InvalidObservationError / InvalidRelationError             422 (validation shape)
+    memory InvalidObservation / InvalidQuery / InvalidRelationError   422 (validation shape)
     memory SystemTwoError                                             502 upstream_error
     other memory / store errors                                       500 internal_error
     Starlette HTTPException (404 route, 405 method, 400 multipart)    its status, error shape
@@ -101,16 +101,34 @@ async def _on_http(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, StarletteHTTPException)
     message = error.detail if isinstance(error.detail, str) else "request failed"
     error_type = _STATUS_TYPES.get(error.status_code, "internal_error" if error.status_code >= 500 else "invalid_request_error")
-    return error_response(request, error.status_code, error_type, message, headers=dict(error.headers or {}))
+    headers = dict(error.headers or {})
+    if error.status_code == 405:
+        headers["Allow"] = _allowed_methods(request) or headers.get("Allow", "")
+    return error_response(request, error.status_code, error_type, message, headers=headers)
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every documented method of the path (Starlette's own 405 names only the first route that matched)."""
+    table: list[tuple[Any, set[str]]] | None = getattr(request.app.state, "allow_table", None)
+    if table is None:
+        from starlette.routing import compile_path
+
+        table = [(compile_path(path)[0], {m.upper() for m in ops}) for path, ops in request.app.openapi().get("paths", {}).items()]
+        request.app.state.allow_table = table
+    methods: set[str] = set()
+    for regex, allowed in table:
+        if regex.match(request.url.path):
+            methods |= allowed
+    return ", ".join(sorted(methods))
 
 
 async def _on_memory(request: Request, error: Exception) -> JSONResponse:
-    from memory.errors import InvalidObservationError, InvalidRelationError, NodeNotFoundError, SystemTwoError
+    from memory.errors import InvalidObservationError, InvalidQueryError, InvalidRelationError, NodeNotFoundError, SystemTwoError
     from memory.store.errors import NodeNotFoundError as StoreNodeNotFoundError
 
     if isinstance(error, (NodeNotFoundError, StoreNodeNotFoundError)):
         return error_response(request, 404, "not_found", str(error))
-    if isinstance(error, (InvalidObservationError, InvalidRelationError)):
+    if isinstance(error, (InvalidObservationError, InvalidQueryError, InvalidRelationError)):
         return validation_response(request, [{"loc": ["body"], "msg": str(error), "type": "value_error"}])
     if isinstance(error, SystemTwoError):
         log.warning("System Two failed: %s", error)

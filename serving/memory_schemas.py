@@ -1,8 +1,8 @@
 """Pydantic schemas of the memory API and their conversions from the engine's value types.
 
 Stored text is data: `content` goes in and comes out byte for byte; nothing here interprets it. Timestamps
-are accepted in ISO 8601; aware ones are converted to UTC and stored naive, so naive and aware inputs
-never meet in a comparison.
+are accepted in ISO 8601; aware ones are converted to UTC and stored naive (one without an offset is taken
+as UTC), so naive and aware values never meet in a comparison; answers carry the `Z` offset.
 """
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, StrictBool
+from pydantic_core import PydanticCustomError
 
 from memory.types import RELATIONS, Edge, Evidence, Node, Observation, QueryResult, TraceStep, WriteResult
 
 MAX_CONTENT_CHARS = 100_000
-MAX_BATCH = 256
+MAX_BATCH = 64  # one request runs the writes in order; 64 keep it to a few seconds
 
 Relation = Literal[RELATIONS]  # type: ignore[valid-type]
 
@@ -29,7 +30,32 @@ def _naive_utc(value: datetime | None) -> datetime | None:
     return value
 
 
-Timestamp = Annotated[datetime | None, AfterValidator(_naive_utc)]
+def _as_utc(value: datetime | None) -> datetime | None:
+    """Stored timestamps are naive UTC; answers spell the offset out (RFC 3339 needs one)."""
+    if value is not None and value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value
+
+
+def _json_int(value: Any) -> Any:
+    """JSON integers only: 3 and 3.0, not "3", true or 3.5 (pydantic's lax mode would take the first two)."""
+    if isinstance(value, bool) or isinstance(value, str):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _iso_text(value: Any) -> Any:
+    """Timestamps as ISO 8601 text only (pydantic's lax mode would read a number as a Unix time)."""
+    if value is not None and not isinstance(value, (str, datetime)):
+        raise PydanticCustomError("datetime_type", "Input should be an ISO 8601 date-time string")
+    return value
+
+
+JSONInt = Annotated[int, BeforeValidator(_json_int)]
+Timestamp = Annotated[datetime | None, BeforeValidator(_iso_text), AfterValidator(_naive_utc)]
+UTCTimestamp = Annotated[datetime | None, AfterValidator(_as_utc)]
 NodeId = Annotated[str, Field(min_length=1, max_length=200)]
 ShortText = Annotated[str, Field(min_length=1, max_length=1_000)]
 
@@ -41,7 +67,7 @@ class _In(BaseModel):
 class ObservationIn(_In):
     """One thing to remember. `entities`: omit to extract them, `[]` for none."""
 
-    content: Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS, pattern=r"\S")]
+    content: Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS)]
     observed_at: Timestamp = None
     event_time: Timestamp = None
     speaker: ShortText | None = None
@@ -66,14 +92,14 @@ class BatchWriteIn(_In):
 
 
 class QueryIn(_In):
-    text: Annotated[str, Field(min_length=1, max_length=10_000, pattern=r"\S")]
-    k: int = Field(default=10, ge=1, le=100)
-    budget: int | None = Field(default=None, ge=0, le=10_000, description="Expansion budget; default from the engine config.")
-    answer: bool = Field(default=False, description="Also synthesise an answer (System Two when configured, else extractive).")
+    text: Annotated[str, Field(min_length=1, max_length=10_000)]
+    k: JSONInt = Field(default=10, ge=1, le=100)
+    budget: JSONInt | None = Field(default=None, ge=0, le=10_000, description="Expansion budget; default from the engine config.")
+    answer: StrictBool = Field(default=False, description="Also synthesise an answer (System Two when configured, else extractive).")
 
 
 class EditIn(_In):
-    content: Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS, pattern=r"\S")]
+    content: Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS)]
 
 
 class LinkIn(_In):
@@ -96,8 +122,8 @@ class SetLinksIn(_In):
 class NodeOut(BaseModel):
     id: str
     content: str
-    observed_at: datetime | None
-    event_time: datetime | None
+    observed_at: UTCTimestamp
+    event_time: UTCTimestamp
     speaker: str | None
     source_ids: list[str]
     entities: list[str]
@@ -159,7 +185,7 @@ class EvidenceOut(BaseModel):
     content: str
     score: float | None
     source_ids: list[str]
-    observed_at: datetime | None
+    observed_at: UTCTimestamp
     speaker: str | None
     via: str
     depth: int

@@ -54,10 +54,29 @@ class NoulCriteria(BaseModel):
     false: Text | None = Field(default=None, description="What counts as no.")
 
 
+_NOT_NULL = {"not": {"type": "null"}}
+_NOUL_NEEDS = {  # instructions, or at least one described side (what the controller requires)
+    "anyOf": [
+        {"required": ["instructions"], "properties": {"instructions": _NOT_NULL}},
+        {
+            "required": ["criteria"],
+            "properties": {
+                "criteria": {
+                    "anyOf": [
+                        {"type": "object", "required": ["true"], "properties": {"true": _NOT_NULL}},
+                        {"type": "object", "required": ["false"], "properties": {"false": _NOT_NULL}},
+                    ]
+                }
+            },
+        },
+    ]
+}
+
+
 class NoulQuestion(BaseModel):
     """A yes/no proposition. Instructions, or at least one described side of `criteria`, are required."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_NOUL_NEEDS)
     type: Literal["noul"]
     instructions: Text | None = None
     criteria: NoulCriteria | None = None
@@ -69,7 +88,7 @@ class ChoiceQuestion(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["choice"]
     instructions: Text | None = None
-    criteria: dict[Key, Text | None] = Field(min_length=1, max_length=255)
+    criteria: dict[str, Text | None] = Field(min_length=1, max_length=255)
 
 
 class ScoreQuestion(BaseModel):

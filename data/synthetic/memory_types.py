@@ -64,9 +64,9 @@ def _semantic(rng: random.Random, p: b.Person, q: b.Person) -> str:
 def _procedural(rng: random.Random, p: b.Person, q: b.Person) -> str:
     goal, steps = rng.choice(PROCEDURES)
     return rng.choice([
-        f"To {goal}, {steps}.",
+        _speaker(rng, p, f"My trick to {goal}: {steps}.", f"{p.first}'s tip: to {goal}, {steps}."),
         _speaker(rng, p, f"The way to {goal} is to {steps}.", f"According to {p.first}, the way to {goal} is to {steps}."),
-        f"How to {goal}: {steps}.",
+        f"How to {goal}: {steps}." if rng.random() < 0.3 else f"{p.first}'s notes on how to {goal}: {steps}.",
     ])
 
 

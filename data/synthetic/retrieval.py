@@ -32,11 +32,17 @@ class Need:
     conflict: str  # a fact that contradicts the last needed fact
 
 
+def _name(rng: random.Random, p: b.Person) -> str:
+    """How the question names its person: first name or full name."""
+    return p.full if rng.random() < 0.5 else p.first
+
+
 def _work(rng: random.Random, p: b.Person, q: b.Person) -> Need:
     (j1, j2), (c1, c2, c3) = b.pick(rng, b.JOBS, 2), b.pick(rng, b.COMPANIES, 3)
-    rel = rng.choice(b.RELATIONS)
+    rel, name = rng.choice(b.RELATIONS), _name(rng, p)
     return Need(
-        rng.choice((f"Where does {p.first} work?", f"What company does {p.first} work for?")),
+        rng.choice((f"Where does {name} work?", f"What company does {name} work for?", f"Who is {name}'s employer?",
+                    f"Which company employs {name}?")),
         (f"{p.first} works as a {j1} at {c1}.",),
         (f"{q.first} works as a {j2} at {c2}.", f"{p.first}'s {rel} works at {c3}.", f"{p.first} has a dog named {rng.choice(b.PETS)}."),
         f"{p.first} works as a {j1} at {c2}.",
@@ -45,8 +51,10 @@ def _work(rng: random.Random, p: b.Person, q: b.Person) -> Need:
 
 def _home(rng: random.Random, p: b.Person, q: b.Person) -> Need:
     c1, c2, c3 = b.pick(rng, b.CITIES, 3)
+    name = _name(rng, p)
     return Need(
-        f"Which city does {p.first} live in?",
+        rng.choice((f"Which city does {name} live in?", f"Where does {name} live?", f"Where is {name}'s home?",
+                    f"In which city is {name} based?")),
         (f"{p.first} lives in {c1}.",),
         (f"{q.first} lives in {c2}.", f"{p.first} would love to visit {c3} someday.", f"{p.first} is allergic to {rng.choice(b.FOODS)}."),
         f"{p.first} lives in {c2}.",
@@ -55,8 +63,9 @@ def _home(rng: random.Random, p: b.Person, q: b.Person) -> Need:
 
 def _preference(rng: random.Random, p: b.Person, q: b.Person) -> Need:
     f1, f2, f3 = b.pick(rng, b.FOODS, 3)
+    name = _name(rng, p)
     return Need(
-        f"What food does {p.first} love?",
+        rng.choice((f"What food does {name} love?", f"What is {name}'s favourite food?", f"Which food does {name} like best?")),
         (f"{p.first} loves {f1}.",),
         (f"{q.first} loves {f2}.", f"{p.first}'s roommate loves {f3}.", f"{p.first} works at {rng.choice(b.COMPANIES)}."),
         f"{p.first} can't stand {f1}.",
@@ -66,8 +75,9 @@ def _preference(rng: random.Random, p: b.Person, q: b.Person) -> Need:
 def _event(rng: random.Random, p: b.Person, q: b.Person) -> Need:
     (base, past, _), (base2, _, _) = rng.sample(b.ACTIVITIES, 2)
     d1, d2 = b.date_phrase(rng), b.date_phrase(rng)
+    name = _name(rng, p)
     return Need(
-        f"When did {p.first} {base}?",
+        rng.choice((f"When did {name} {base}?", f"On what date did {name} {base}?", f"What day did {name} {base}?")),
         (f"On {d1}, {p.first} {past}.",),
         (f"{q.first} {past} on {d2}.", f"{p.first} is planning to {base2} in {rng.choice(b.MONTHS)}.", f"{p.first} lives in {rng.choice(b.CITIES)}."),
         f"{p.first} {past} on {d2}, not earlier.",
@@ -78,8 +88,9 @@ def _chain(rng: random.Random, p: b.Person, q: b.Person) -> Need:
     rel = rng.choice(("sister", "brother", "best friend", "mentor", "cousin"))
     r = b.person(rng, exclude={p.first, q.first})
     c1, c2, c3 = b.pick(rng, b.CITIES, 3)
+    name = _name(rng, p)
     return Need(
-        f"Where does {p.first}'s {rel} live?",
+        rng.choice((f"Where does {name}'s {rel} live?", f"Which city does {name}'s {rel} live in?", f"Where is {name}'s {rel} based?")),
         (f"{p.first}'s {rel} is {q.full}.", f"{q.first} lives in {c1}."),
         (f"{r.first} lives in {c2}.", f"{p.first} lives in {c3}.", f"{r.first}'s {rel} is a {rng.choice(b.JOBS)}."),
         f"{q.first} lives in {c2}.",

@@ -52,7 +52,7 @@ TEMPLATES: tuple[tuple[str, tuple[int, int, int, int, int, int]], ...] = (
     ("How is {p} feeling these days?", (1, 0, 0, 0, 0, 1)),
     ("What did {p} and I talk about on {date}?", (0, 1, 0, 0, 0, 0)),
     ("What happened on {day}, {date}?", (0, 1, 0, 0, 0, 0)),
-    ("What did we discuss in {month}?", (0, 1, 0, 0, 0, 0)),
+    ("What did {p} and I discuss in {month}?", (0, 1, 0, 0, 0, 0)),
     ("What kind of {genre} does {p} like?", (1, 0, 0, 0, 0, 0)),
     ("What does {p} think about {hobby}?", (1, 0, 0, 0, 0, 0)),
     ("What did {p} {past_short} at {event}?", (1, 0, 0, 0, 0, 0)),

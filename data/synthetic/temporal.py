@@ -151,11 +151,11 @@ def _unknown(rng: random.Random, p: b.Person) -> tuple[str, str, None, None]:
 MAKERS = (_relative, _stay, _months, _calendar, _unknown)
 
 
-@register("temporal", "pair")
+@register("temporal", "pair", share=3.0)
 def temporal_examples(rng: random.Random, emit: Emitter, n: int) -> None:
     for _ in range(n):
         p = b.person(rng)
-        make = rng.choices(MAKERS, weights=(3, 3, 2, 2, 2))[0]
+        make = rng.choices(MAKERS, weights=(2, 3, 3, 2, 1))[0]
         text_a, text_b, a, bb = make(rng, p)
         label = "unknown" if a is None or bb is None else relation(a, bb)
         if rng.random() < 0.5:  # the same pair seen from the other side

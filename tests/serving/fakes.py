@@ -13,7 +13,7 @@ from typing import Any
 from controller.backend import BackendRequest, BackendResult, ModelInfo
 from controller.errors import InputTooLongError
 from controller.questions import ChoiceQuestion, NoulQuestion, ScoreQuestion, canonical_json
-from memory.errors import InvalidRelationError, NodeNotFoundError
+from memory.errors import InvalidObservationError, InvalidRelationError, NodeNotFoundError
 from memory.results import NodeView, Stats
 from memory.types import RELATIONS, Edge, EdgeOrigin, Evidence, LinkStatus, Node, Observation, QueryResult, WriteResult
 
@@ -79,6 +79,8 @@ class FakeEngine:
         self.closed = False
 
     def write(self, obs: Observation) -> WriteResult:
+        if not obs.content.strip():
+            raise InvalidObservationError("an observation needs non-empty text", obs.content)
         node_id = f"n{self.seq:04d}"
         self.nodes[node_id] = Node(node_id, obs.content, obs.observed_at, obs.event_time, obs.speaker, obs.source_ids,
                                    obs.entities or (), {"episodic": 0.5}, hashlib.sha1(obs.content.encode()).hexdigest(), self.seq,

@@ -1,0 +1,114 @@
+"""Build the whole decision data set: LoCoMo rules + synthetic generators, split, de-leaked, written.
+
+    result = build_dataset(BuildConfig(locomo="…/locomo_dev6.json", audit="…/locomo_audit_dev6.json"))
+    write_build(result, "out/decisions")   # train/calibration/dev/test.jsonl + summary.json
+
+Steps: LoCoMo examples (when a path is given) and synthetic examples, each with its split from the group
+(`SplitPlan`); states longer than `max_state_chars` are dropped (the template never truncates, and a
+state must leave room for its question inside 512 positions); `enforce_disjoint` removes examples whose
+source text also appears in a split of higher priority; `check_disjoint` and `check_groups` then prove it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from data.builders.locomo import LocomoRules, build_locomo
+from data.builders.summary import Summary, summarize
+from data.schema import DataError, DecisionExample, write_splits
+from data.splits import DisjointReport, SplitPlan, check_disjoint, check_groups, enforce_disjoint
+from data.synthetic import QuestionStyle, SyntheticConfig, generate
+
+log = logging.getLogger(__name__)
+DENSE_CHOICES = ("minilm", "hashing", "none")
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    locomo: str | None = None  # path of a LoCoMo JSON file (never bundled)
+    audit: str | None = None  # path of the audit corrections, optional
+    synthetic_per_family: int = 1500  # labelled states per family from the generators
+    seed: int = 0
+    dense: str = "minilm"  # embedder for dense hard negatives: minilm | hashing | none
+    max_state_chars: int = 1800  # compact-JSON characters; longer states are dropped and counted
+    plan: SplitPlan = field(default_factory=SplitPlan)
+    rules: LocomoRules = field(default_factory=LocomoRules)
+    style: QuestionStyle = field(default_factory=QuestionStyle)
+
+    def __post_init__(self) -> None:
+        if self.dense not in DENSE_CHOICES:
+            raise DataError(f"dense must be one of {DENSE_CHOICES}, got {self.dense!r}")
+        if self.max_state_chars < 100:
+            raise DataError(f"max_state_chars must be >= 100, got {self.max_state_chars}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    examples: tuple[DecisionExample, ...]
+    summary: Summary
+    seconds: dict[str, float]  # step -> wall-clock seconds
+    too_long: int  # examples dropped for an over-long state
+    disjoint: DisjointReport
+    config: BuildConfig
+
+
+def _embedder(name: str) -> Any:
+    if name == "none":
+        return None
+    from controller.embedding import create_embedder
+
+    return create_embedder(name)
+
+
+def build_dataset(config: BuildConfig, *, embedder: Any = None) -> BuildResult:
+    """Run every source and the split discipline; `embedder` overrides `config.dense`."""
+    seconds: dict[str, float] = {}
+    start = time.perf_counter()
+    examples: list[DecisionExample] = []
+    if config.locomo is not None:
+        from data.locomo import load_locomo
+
+        t = time.perf_counter()
+        conversations = load_locomo(config.locomo, audit=config.audit)
+        rules = config.rules if config.rules.seed == config.seed else LocomoRules(**{**asdict(config.rules), "seed": config.seed})
+        examples.extend(build_locomo(conversations, config.plan, rules=rules, embedder=embedder or _embedder(config.dense), style=config.style))
+        seconds["locomo"] = time.perf_counter() - t
+    t = time.perf_counter()
+    examples.extend(generate(SyntheticConfig(config.synthetic_per_family, config.seed, config.style), config.plan))
+    seconds["synthetic"] = time.perf_counter() - t
+    t = time.perf_counter()
+    fitting = [e for e in examples if len(json.dumps(e.state, ensure_ascii=False, separators=(",", ":"))) <= config.max_state_chars]
+    too_long = len(examples) - len(fitting)
+    kept, report = enforce_disjoint(fitting)
+    check_disjoint(kept)
+    check_groups(kept)
+    seconds["splits"] = time.perf_counter() - t
+    seconds["total"] = time.perf_counter() - start
+    log.info("built %d examples (%d too long, dropped for leakage: %s)", len(kept), too_long, report.dropped)
+    return BuildResult(tuple(kept), summarize(kept), seconds, too_long, report, config)
+
+
+def write_build(result: BuildResult, out: str | Path) -> dict[str, int]:
+    """Write the split files and `summary.json`; returns examples per split."""
+    out = Path(out)
+    t = time.perf_counter()
+    counts = write_splits(out, result.examples)
+    seconds = {**result.seconds, "write": time.perf_counter() - t}
+    payload = {
+        "counts": counts,
+        "seconds": {k: round(v, 3) for k, v in seconds.items()},
+        "too_long": result.too_long,
+        "dropped_for_leakage": result.disjoint.dropped,
+        "config": result.config.to_dict(),
+        **result.summary.to_dict(),
+    }
+    (out / "summary.json").write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return counts

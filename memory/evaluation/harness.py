@@ -1,0 +1,292 @@
+"""`run_locomo`: every system of EVALUATION.md section 1 on the same questions, in one run.
+
+    convs = load_locomo(path, conversations=("conv-26", "conv-30"))
+    report = run_locomo(convs, EvalConfig(systems=("bm25", "dense", "rrf", "jevmem-heuristic")))
+    write_report(report, "out/")        # memory/evaluation/report.py: JSON + markdown
+
+Systems: `bm25`, `dense`, `rrf` (flat baselines over every turn, memory/evaluation/baselines.py) and
+`jevmem-<controller>` (a fresh engine per conversation, memory/evaluation/jevmem.py). Questions are those with
+at least one valid gold turn. Every system is scored on the same questions by memory/evaluation/metrics.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from controller.client import SystemOneClient
+from controller.embedding import Embedder, create_embedder
+from controller.errors import ControllerError
+from data.locomo import Conversation, Question
+from memory.config import EngineConfig, preset
+from memory.engine import Engine
+from memory.errors import MemoryEngineError
+from memory.evaluation import baselines as flat
+from memory.evaluation.bootstrap import Interval, bootstrap_intervals, paired_differences
+from memory.evaluation.cache import CachedEmbedder
+from memory.evaluation.costs import jevmem_costs, router_diagnostics, write_quality
+from memory.evaluation.jevmem import ConversationRun, EngineFactory, run_conversation
+from memory.evaluation.metrics import BUDGETS, KS, GroupTable, Item, QuestionScore, aggregate, score_items
+from memory.store import open_store
+from memory.store.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+BASELINES: tuple[str, ...] = ("bm25", "dense", "rrf")
+ENGINE_PREFIX = "jevmem-"
+Progress = Callable[[str, int], Callable[[], None]]  # (label, total) -> step callback
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    systems: tuple[str, ...] = ("bm25", "dense", "rrf", "jevmem-heuristic")
+    date_style: str = flat.REFERENCE_DATE_STYLE  # the baselines' "[date]" prefix
+    baseline_embedder: str = "minilm"  # dense baseline ("hashing" for quick, weight-free runs)
+    engine_embedder: str = "minilm"  # the engine's embedder
+    engine_config: str | None = None  # preset name or JSON file of an EngineConfig (None: defaults)
+    store: str = "memory"  # fresh store per conversation: "memory" or "sqlite" (in a temporary directory)
+    query_k: int = 20  # items asked of every system per question
+    ks: tuple[int, ...] = KS
+    budgets: tuple[int, ...] = BUDGETS
+    rrf_k: int = 60
+    dense_weight: float = 0.5  # RRF weight of the dense list (BM25 weighs 1)
+    reference_system: str = "rrf"  # paired differences are taken against this system
+    bootstrap_draws: int = 1000
+    seed: int = 0
+    write_quality: bool = True  # candidate / edge recall on multi-hop evidence pairs
+    cache: bool = True  # on-disk embedding cache ($JEVMEM_CACHE)
+
+    def __post_init__(self) -> None:
+        for name in self.systems:
+            if name not in BASELINES and not (name.startswith(ENGINE_PREFIX) and len(name) > len(ENGINE_PREFIX)):
+                raise ValueError(f"unknown system {name!r}; use {', '.join(BASELINES)} or jevmem-<controller>")
+        if len(set(self.systems)) != len(self.systems) or not self.systems:
+            raise ValueError(f"systems must be a non-empty list without repeats, got {self.systems}")
+        if self.date_style not in flat.DATE_STYLES:
+            raise ValueError(f"unknown date style {self.date_style!r}; choose one of {sorted(flat.DATE_STYLES)}")
+        if self.store not in ("memory", "sqlite"):
+            raise ValueError(f"store must be 'memory' or 'sqlite', got {self.store!r}")
+        if self.query_k < max(self.ks):
+            raise ValueError(f"query_k ({self.query_k}) must cover the largest k ({max(self.ks)})")
+        if self.bootstrap_draws < 1 or self.rrf_k < 1 or self.dense_weight < 0:
+            raise ValueError("bootstrap_draws and rrf_k must be >= 1 and dense_weight >= 0")
+
+
+@dataclass
+class SystemResult:
+    name: str
+    scores: list[QuestionScore] = field(default_factory=list)
+    table: GroupTable | None = None
+    intervals: dict[str, Interval] = field(default_factory=dict)
+    paired: dict[str, Interval] = field(default_factory=dict)  # this system minus the reference system
+    costs: dict[str, Any] = field(default_factory=dict)
+    write_quality: dict[str, Any] = field(default_factory=dict)
+    router: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None  # set when the system could not run; then it has no scores
+
+
+@dataclass
+class EvalReport:
+    config: EvalConfig
+    conversations: tuple[str, ...]
+    questions: int
+    systems: dict[str, SystemResult]
+    seconds: float = 0.0
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def scored_questions(conversation: Conversation) -> list[Question]:
+    """The questions with at least one valid gold turn (1,155 of 1,157 on the dev conversations)."""
+    return [q for q in conversation.questions if q.evidence]
+
+
+def _score(conv: Conversation, q: Question, items: Sequence[Item], config: EvalConfig, returned: bool) -> QuestionScore:
+    values = score_items(items, q.evidence, ks=config.ks, budgets=config.budgets, returned=returned)
+    return QuestionScore(conv.sample_id, q.qid, q.category, len(q.evidence), values)
+
+
+def _turn_items(conv: Conversation, order: Sequence[int], limit: int) -> list[Item]:
+    """The top `limit` turns as items. Every system is cut at `query_k` items, so token-budget figures
+    compare like with like (a budget the cut leaves unfilled reads as the cut's recall)."""
+    turns = conv.turns
+    return [Item((turns[i].dia_id,), turns[i].memory_text()) for i in order[:limit]]
+
+
+def run_baselines(
+    conversations: Sequence[Conversation], config: EvalConfig, embedder: Embedder | None, progress: Progress | None = None
+) -> dict[str, SystemResult]:
+    wanted = [s for s in config.systems if s in BASELINES]
+    need_dense = any(s in ("dense", "rrf") for s in wanted)
+    need_bm25 = any(s in ("bm25", "rrf") for s in wanted)
+    results = {s: SystemResult(s) for s in wanted}
+    timing: dict[str, dict[str, float]] = {s: {"build_s": 0.0, "query_s": 0.0} for s in ("bm25", "dense")}
+    step = progress("baselines", len(conversations)) if progress else None
+    n_questions = 0
+    for conv in conversations:
+        questions = scored_questions(conv)
+        texts = [q.question for q in questions]
+        n_questions += len(questions)
+        bm25 = dense = None
+        if need_bm25:
+            t0 = time.perf_counter()
+            bm25 = flat.bm25_rank(conv.turns, texts, style=config.date_style)
+            timing["bm25"]["query_s"] += time.perf_counter() - t0
+        if need_dense:
+            if embedder is None:
+                raise ValueError("the dense baseline needs an embedder")
+            t0 = time.perf_counter()
+            dense = flat.dense_rank(conv.turns, texts, embedder, style=config.date_style)
+            timing["dense"]["query_s"] += time.perf_counter() - t0
+        limit = config.query_k
+        for i, q in enumerate(questions):
+            rankings: dict[str, flat.Ranking] = {}
+            if bm25 is not None:
+                rankings["bm25"] = bm25[i]
+            if dense is not None:
+                rankings["dense"] = dense[i]
+            if "rrf" in results and bm25 is not None and dense is not None:
+                rankings["rrf"] = flat.rrf_fuse([bm25[i], dense[i]], [1.0, config.dense_weight], k=config.rrf_k)
+            for name, result in results.items():
+                result.scores.append(_score(conv, q, _turn_items(conv, rankings[name].order, limit), config, False))
+        if step:
+            step()
+    for name, result in results.items():
+        parts = ("bm25", "dense") if name == "rrf" else (name,)
+        total = sum(timing[p]["query_s"] for p in parts)
+        # index building and ranking are timed together (embeddings may come from the cache)
+        result.costs = {"index_and_rank_s": total, "per_query_ms": 1000.0 * total / max(n_questions, 1)}
+    return results
+
+
+class _FreshEngine(Engine):
+    """An engine over a store of its own (the controller client is shared); `close` releases only the store
+    and its temporary directory."""
+
+    def __init__(self, *args: Any, tmp: tempfile.TemporaryDirectory[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._tmp = tmp
+
+    def close(self) -> None:
+        self.store.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+
+def _engine_config(value: str | None) -> EngineConfig:
+    if value is None:
+        return EngineConfig()
+    return EngineConfig.from_json(Path(value)) if value.endswith(".json") else preset(value)
+
+
+def _engine_factory(controller: str, config: EvalConfig, embedder: Embedder) -> tuple[EngineFactory, Callable[[], None]]:
+    """One controller client and embedder shared by the per-conversation engines; each gets a fresh store."""
+    engine_config = _engine_config(config.engine_config)
+    client = SystemOneClient(controller)
+
+    def make() -> _FreshEngine:
+        tmp = tempfile.TemporaryDirectory(prefix="jevmem-eval-") if config.store == "sqlite" else None
+        path = None if tmp is None else Path(tmp.name) / "memory.db"
+        store = open_store(path, dim=embedder.dim, embedder=embedder.name)
+        return _FreshEngine(store, client, embedder, engine_config, None, tmp=tmp)
+
+    return make, client.close
+
+
+def run_engine_system(
+    name: str,
+    conversations: Sequence[Conversation],
+    config: EvalConfig,
+    factory: EngineFactory,
+    progress: Progress | None = None,
+) -> tuple[SystemResult, list[ConversationRun]]:
+    result = SystemResult(name)
+    runs = []
+    for conv in conversations:
+        questions = scored_questions(conv)
+        step = progress(f"{name} {conv.sample_id}", len(conv.turns) + len(questions)) if progress else None
+        run = run_conversation(conv, questions, factory, query_k=config.query_k, write_quality=config.write_quality, on_step=step)
+        runs.append(run)
+        for q in questions:
+            result.scores.append(_score(conv, q, run.items[q.qid], config, True))
+    categories = {(s.conversation, s.qid): s.category for s in result.scores}
+    result.costs = jevmem_costs(runs)
+    result.write_quality = write_quality(runs)
+    result.router = router_diagnostics(runs, categories)
+    return result, runs
+
+
+def run_locomo(
+    conversations: Sequence[Conversation],
+    config: EvalConfig = EvalConfig(),
+    *,
+    engine_factories: Mapping[str, EngineFactory] | None = None,
+    embedder: Embedder | None = None,
+    progress: Progress | None = None,
+) -> EvalReport:
+    """Run and score every configured system. `engine_factories` maps a `jevmem-*` system name to a callable
+    building a fresh engine (default: `memory.engine.Engine` with that controller); `embedder` replaces the
+    configured embedders (tests pass a hashing embedder)."""
+    started = time.perf_counter()
+    if not conversations:
+        raise ValueError("no conversations to evaluate")
+    ids = tuple(c.sample_id for c in conversations)
+    base_embedder = embedder
+    if base_embedder is None and any(s in ("dense", "rrf") for s in config.systems):
+        base_embedder = _embedder(config.baseline_embedder, config.cache)
+    systems = run_baselines(conversations, config, base_embedder, progress)
+    notes: dict[str, Any] = {}
+    for name in config.systems:
+        if not name.startswith(ENGINE_PREFIX):
+            continue
+        controller = name[len(ENGINE_PREFIX) :]
+        close: Callable[[], None] = lambda: None  # noqa: E731
+        try:
+            if engine_factories and name in engine_factories:
+                factory = engine_factories[name]
+            else:
+                emb = embedder or _embedder(config.engine_embedder, config.cache)
+                factory, close = _engine_factory(controller, config, emb)
+            systems[name], _ = run_engine_system(name, conversations, config, factory, progress)
+        except (ControllerError, MemoryEngineError, StoreError, ImportError, OSError) as error:
+            # one system failing (no trained model, a broken store) must not sink the others
+            log.exception("system %s failed", name)
+            systems[name] = SystemResult(name, error=f"{type(error).__name__}: {error}")
+        finally:
+            close()
+    _finish(systems, ids, config)
+    for emb in {id(e): e for e in (base_embedder, embedder) if isinstance(e, CachedEmbedder)}.values():
+        emb.flush()
+        notes[f"embedding_cache_{emb.name}"] = {"path": str(emb.path), "hits": emb.hits, "misses": emb.misses}
+    n = sum(len(scored_questions(c)) for c in conversations)
+    ordered = {s: systems[s] for s in config.systems if s in systems}
+    return EvalReport(config, ids, n, ordered, time.perf_counter() - started, notes)
+
+
+_EMBEDDERS: dict[tuple[str, bool], Embedder] = {}
+
+
+def _embedder(name: str, cache: bool) -> Embedder:
+    """One embedder per (name, cache) for the whole process: MiniLM loads once."""
+    key = (name, cache)
+    if key not in _EMBEDDERS:
+        inner = create_embedder(name)
+        _EMBEDDERS[key] = CachedEmbedder(inner) if cache and name != "hashing" else inner
+    return _EMBEDDERS[key]
+
+
+def _finish(systems: dict[str, SystemResult], clusters: tuple[str, ...], config: EvalConfig) -> None:
+    reference = systems.get(config.reference_system)
+    for result in systems.values():
+        if result.error is not None:
+            continue
+        result.table = aggregate(result.scores)
+        result.intervals = bootstrap_intervals(result.scores, clusters, draws=config.bootstrap_draws, seed=config.seed)
+        if reference is not None and reference is not result and reference.error is None:
+            result.paired = paired_differences(
+                result.scores, reference.scores, clusters, draws=config.bootstrap_draws, seed=config.seed
+            )

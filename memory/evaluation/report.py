@@ -1,0 +1,188 @@
+"""Renders an `EvalReport`: `report.json` (summary), `questions.jsonl` (per-question values) and `report.md`."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from memory.evaluation.bootstrap import Interval
+from memory.evaluation.harness import EvalReport, SystemResult
+from memory.evaluation.metrics import CATEGORY_LABELS
+
+HEADLINE_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("R_any@10", "1-5", "R_any@10"),
+    ("R_frac@10", "1-5", "R_frac@10"),
+    ("R_all@10", "1-5", "R_all@10"),
+    ("R_all@10 multi-hop", "1", "R_all@10"),
+    ("nDCG@10", "1-5", "nDCG@10"),
+    ("MRR", "1-5", "MRR"),
+)
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: NaN / inf become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _interval(i: Interval) -> dict[str, float | int]:
+    return {"mean": i.mean, "low": i.low, "high": i.high, "draws": i.draws}
+
+
+def system_dict(result: SystemResult) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": result.name, "error": result.error}
+    if result.table is not None:
+        out["groups"] = result.table.means
+        out["counts"] = result.table.counts
+    out["intervals"] = {k: _interval(v) for k, v in result.intervals.items()}
+    out["paired_vs_reference"] = {k: _interval(v) for k, v in result.paired.items()}
+    out["costs"] = result.costs
+    out["write_quality"] = result.write_quality
+    out["router"] = result.router
+    return out
+
+
+def report_dict(report: EvalReport) -> dict[str, Any]:
+    return _clean(
+        {
+            "config": asdict(report.config),
+            "conversations": list(report.conversations),
+            "questions": report.questions,
+            "seconds": report.seconds,
+            "notes": report.notes,
+            "systems": {name: system_dict(r) for name, r in report.systems.items()},
+        }
+    )
+
+
+def _f(value: Any, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def _value(result: SystemResult, group: str, metric: str) -> float | None:
+    if result.table is None:
+        return None
+    return result.table.means.get(group, {}).get(metric)
+
+
+def to_markdown(report: EvalReport) -> str:
+    cfg = report.config
+    ok = [r for r in report.systems.values() if r.error is None]
+    lines = [
+        "# LoCoMo retrieval",
+        "",
+        f"Conversations: {', '.join(report.conversations)}; {report.questions} questions with valid evidence; "
+        f"every system returns at most {cfg.query_k} items; baselines rank every turn (date style "
+        f"`{cfg.date_style}`, RRF k={cfg.rrf_k}, dense weight {cfg.dense_weight}); {report.seconds:.0f} s in all.",
+        "",
+        "## Headline (categories 1-5)",
+        "",
+    ]
+    rows = [[r.name, *(_f(_value(r, g, m)) for _, g, m in HEADLINE_COLUMNS)] for r in ok]
+    lines += _table(["system", *(c for c, _, _ in HEADLINE_COLUMNS)], rows)
+    for r in report.systems.values():
+        if r.error is not None:
+            lines.append(f"\n**{r.name} did not run:** {r.error}")
+    lines += ["", "## Recall by category (R_frac@10 / R_all@10)", ""]
+    groups = ["1", "2", "3", "4", "5", "1-4", "1-5"]
+    header = ["system", *(f"{g} {CATEGORY_LABELS.get(g, '')}".strip() for g in groups)]
+    rows = [[r.name, *(f"{_f(_value(r, g, 'R_frac@10'))} / {_f(_value(r, g, 'R_all@10'))}" for g in groups)] for r in ok]
+    lines += _table(header, rows)
+    if ok and ok[0].table is not None:
+        lines.append("")
+        lines.append("Questions per group: " + ", ".join(f"{g}: {ok[0].table.counts.get(g, 0)}" for g in groups))
+    lines += ["", "## Cut-offs and token budgets (R_frac / R_all, categories 1-5)", ""]
+    cuts = [str(k) for k in cfg.ks] + [f"{b}t" for b in cfg.budgets] + ["ret"]
+    rows = []
+    for r in ok:
+        cells = [f"{_f(_value(r, '1-5', f'R_frac@{c}'))} / {_f(_value(r, '1-5', f'R_all@{c}'))}" for c in cuts]
+        rows.append([r.name, *cells, _f(_value(r, "1-5", "tokens@ret"), 0), _f(_value(r, "1-5", "items@ret"), 1)])
+    lines += _table(["system", *(f"@{c}" for c in cuts), "tokens@ret", "items@ret"], rows)
+    lines += ["", f"## Conversation-cluster bootstrap ({cfg.bootstrap_draws} draws, seed {cfg.seed}): mean [95 % CI]", ""]
+    keys = list(ok[0].intervals) if ok else []
+    rows = [[r.name, *(_ci(r.intervals.get(k)) for k in keys)] for r in ok]
+    lines += _table(["system", *keys], rows)
+    paired = [r for r in ok if r.paired]
+    if paired:
+        lines += ["", f"## Paired difference: system minus {cfg.reference_system}", ""]
+        rows = [[r.name, *(_ci(r.paired.get(k)) for k in keys)] for r in paired]
+        lines += _table(["system", *keys], rows)
+    lines += _costs(ok)
+    return "\n".join(lines) + "\n"
+
+
+def _ci(i: Interval | None) -> str:
+    if i is None:
+        return "-"
+    return f"{_f(i.mean)} [{_f(i.low)}, {_f(i.high)}]"
+
+
+def _costs(results: list[SystemResult]) -> list[str]:
+    engines = [r for r in results if "writes" in r.costs]
+    lines = ["", "## Costs", ""]
+    flat = [r for r in results if "per_query_ms" in r.costs]
+    if flat:
+        lines += _table(["baseline", "index + rank s", "ms per query"],
+                        [[r.name, _f(r.costs["index_and_rank_s"], 2), _f(r.costs["per_query_ms"], 2)] for r in flat])
+    if not engines:
+        return lines
+    names = ["build_s", "write_ms_p50", "write_ms_p95", "candidates_per_write", "controller_questions_per_write",
+             "inferred_edges_per_write", "query_ms_p50", "query_ms_p95", "controller_questions_per_query", "nodes", "summaries"]
+    lines += [""]
+    lines += _table(["engine", *names], [[r.name, *(_f(r.costs.get(n), 2) for n in names)] for r in engines])
+    lines += ["", "Write phases, total s (p50 / p95 ms per write):", ""]
+    phases = sorted({p for r in engines for p in r.costs.get("write_phases", {})})
+    rows = []
+    for r in engines:
+        cells = []
+        for p in phases:
+            v = r.costs.get("write_phases", {}).get(p, {})
+            cells.append(f"{_f(v.get('total_s'), 1)} ({_f(v.get('p50_ms'), 1)} / {_f(v.get('p95_ms'), 1)})")
+        rows.append([r.name, *cells])
+    lines += _table(["engine", *phases], rows)
+    lines += ["", "## Write-path quality (multi-hop evidence pairs) and router", ""]
+    rows = []
+    for r in engines:
+        wq, ro = r.write_quality, r.router
+        recall = wq.get("candidate_recall", {})
+        rows.append([
+            r.name, str(wq.get("pairs", 0)),
+            ", ".join(f"{c} {_f(v)}" for c, v in recall.items()) or "-",
+            _f(wq.get("edge_recall_any")), _f(wq.get("edge_recall_inferred")),
+            _f(ro.get("auroc_temporal_cat2")), _f(ro.get("auroc_multi_hop_cat1")),
+        ])
+    lines += _table(["engine", "pairs", "candidate recall", "edge recall (any)", "edge recall (inferred)",
+                     "AUROC temporal (cat 2)", "AUROC multi_hop (cat 1)"], rows)
+    return lines
+
+
+def write_report(report: EvalReport, out_dir: str | Path) -> dict[str, Path]:
+    """Write report.json, questions.jsonl and report.md under `out_dir` (created); returns their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "report.json", "questions": out / "questions.jsonl", "markdown": out / "report.md"}
+    paths["json"].write_text(json.dumps(report_dict(report), indent=2) + "\n", encoding="utf-8")
+    with paths["questions"].open("w", encoding="utf-8") as fh:
+        for result in report.systems.values():
+            for s in result.scores:
+                row = {"system": result.name, "conversation": s.conversation, "qid": s.qid, "category": s.category,
+                       "n_gold": s.n_gold, **s.values}
+                fh.write(json.dumps(_clean(row)) + "\n")
+    paths["markdown"].write_text(to_markdown(report), encoding="utf-8")
+    return paths

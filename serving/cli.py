@@ -1,0 +1,388 @@
+"""The `jevmem` command line (also `python -m serving`):
+
+    jevmem ingest --db PATH (--jsonl FILE | --locomo FILE [--conversation ID]) [--controller heuristic|local]
+                  [--embedder hashing|minilm] [--config PRESET|FILE.json]
+    jevmem query  --db PATH "text" [--k 10] [--answer] [--json]
+    jevmem show   --db PATH NODE_ID
+    jevmem relink --db PATH
+    jevmem stats  --db PATH [--json]
+    jevmem eval locomo --data PATH [--audit PATH] [--conversations conv-26 ...] [--controller heuristic local]
+                  [--systems bm25,dense,rrf,jevmem-heuristic] [--out DIR] ...
+    jevmem serve  [--host H] [--port P] [--controller NAME]
+
+JSONL input: one object per line with `content` (or `text`) and optional `observed_at`, `event_time` (ISO 8601),
+`speaker`, `source_ids`, `entities`, `metadata`. User errors print one line on stderr and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sqlite3
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, is_dataclass
+from datetime import datetime
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from controller.errors import ControllerError
+from memory.errors import MemoryEngineError
+from memory.store.errors import StoreError
+from memory.types import Observation
+
+log = logging.getLogger(__name__)
+
+USER_ERRORS: tuple[type[BaseException], ...] = (ControllerError, MemoryEngineError, StoreError, OSError, ValueError)
+_JSONL_FIELDS = {"content", "text", "observed_at", "event_time", "speaker", "source_ids", "entities", "metadata"}
+
+
+class UsageError(ValueError):
+    """A command line that cannot be carried out as written."""
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def _jsonable(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return _jsonable(asdict(value))
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Enum):
+        return value.value
+    return value
+
+
+def _dump(value: Any) -> None:
+    print(json.dumps(_jsonable(value), indent=2, ensure_ascii=False))
+
+
+def _time(value: Any, where: str, name: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return datetime.fromisoformat(str(value))
+    except ValueError as error:
+        raise UsageError(f"{where}: {name} is not an ISO 8601 time: {value!r}") from error
+
+
+def read_jsonl(path: Path) -> Iterator[Observation]:
+    """Observations from a JSONL file (blank lines skipped); errors name the line."""
+    with path.open(encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise UsageError(f"{path}:{line_no}: not valid JSON ({error.msg})") from error
+            if not isinstance(row, dict):
+                raise UsageError(f"{path}:{line_no}: expected a JSON object")
+            unknown = sorted(set(row) - _JSONL_FIELDS)
+            if unknown:
+                raise UsageError(f"{path}:{line_no}: unknown field(s) {', '.join(unknown)}")
+            content = row.get("content", row.get("text"))
+            if not isinstance(content, str) or not content.strip():
+                raise UsageError(f"{path}:{line_no}: needs a non-empty 'content'")
+            sources = row.get("source_ids", [])
+            entities = row.get("entities")
+            metadata = row.get("metadata") or {}
+            kinds = {"speaker": (row.get("speaker"), (str, type(None))), "source_ids": (sources, (str, list)),
+                     "entities": (entities, (list, type(None))), "metadata": (metadata, dict)}
+            for name, (value, allowed) in kinds.items():
+                if not isinstance(value, allowed):
+                    raise UsageError(f"{path}:{line_no}: '{name}' has the wrong type ({type(value).__name__})")
+            yield Observation(
+                content=content,
+                observed_at=_time(row.get("observed_at"), f"{path}:{line_no}", "observed_at"),
+                event_time=_time(row.get("event_time"), f"{path}:{line_no}", "event_time"),
+                speaker=row.get("speaker"),
+                source_ids=(sources,) if isinstance(sources, str) else tuple(str(s) for s in sources),
+                entities=None if entities is None else tuple(str(e) for e in entities),
+                metadata=dict(metadata),
+            )
+
+
+def stored_embedder(db: Path) -> str | None:
+    """The embedder an existing store was built with (read from its `meta` table), else None."""
+    if not db.is_file():
+        return None
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+    return str(row[0]) if row and row[0] else None
+
+
+def open_engine(args: argparse.Namespace, *, create: bool = False) -> Any:
+    from memory.engine import Engine
+
+    db = Path(args.db)
+    if not create and not db.is_file():
+        raise UsageError(f"no memory store at {db} (create one with `jevmem ingest --db {db} ...`)")
+    embedder = args.embedder or stored_embedder(db) or "hashing"
+    return Engine.open(db, controller=args.controller, embedder=embedder, config=_engine_config(args.config))
+
+
+def _engine_config(value: str | None) -> Any:
+    if value is None:
+        return None
+    from memory.config import EngineConfig
+
+    return EngineConfig.from_json(Path(value)) if value.endswith(".json") else value
+
+
+def _progress(total: int, desc: str) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="obs", disable=not sys.stderr.isatty(), leave=False)
+
+
+# ---------------------------------------------------------------------------------------------- commands
+def cmd_ingest(args: argparse.Namespace) -> int:
+    if args.jsonl:
+        observations = list(read_jsonl(Path(args.jsonl)))
+    else:
+        from data.locomo import load_locomo
+        from memory.evaluation.jevmem import observation_of
+
+        wanted = (args.conversation,) if args.conversation else None
+        convs = load_locomo(args.locomo, conversations=wanted)
+        if not convs:
+            available = ", ".join(c.sample_id for c in load_locomo(args.locomo))
+            raise UsageError(f"no conversation {args.conversation!r} in {args.locomo} (available: {available})")
+        if len(convs) > 1:
+            raise UsageError(f"{args.locomo} holds {len(convs)} conversations; pick one with --conversation "
+                             f"({', '.join(c.sample_id for c in convs)}): one memory per conversation")
+        observations = [observation_of(t) for t in convs[0].turns]
+    with open_engine(args, create=True) as engine, _progress(len(observations), "ingest") as bar:
+        pending = 0
+        for obs in observations:
+            result = engine.write(obs)
+            pending += result.link_status.value == "relations_pending"
+            bar.update(1)
+        stats = engine.stats()
+    print(f"ingested {len(observations)} observations into {args.db}: {stats.nodes} nodes, "
+          f"{sum(stats.edges.values())} edges" + (f", {pending} pending relink" if pending else ""))
+    return 0
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    with open_engine(args) as engine:
+        result = engine.query(args.text, k=args.k, answer=args.answer)
+    if args.json:
+        _dump(result)
+        return 0
+    route = ", ".join(f"{name} {p:.2f}" for name, p in sorted(result.route.items(), key=lambda x: -x[1]))
+    print(f"route: {route}")
+    print(f"active views: {', '.join(result.active_views) or '-'}; stopped: {result.stopped_reason}; "
+          f"controller: {result.controller_requests} requests, {result.controller_questions} questions")
+    for rank, e in enumerate(result.evidence, start=1):
+        when = e.observed_at.isoformat(sep=" ", timespec="minutes") if e.observed_at else "-"
+        sources = ",".join(e.source_ids) or "-"
+        print(f"{rank:>3}. [{e.score:.3f}] {e.node_id} via {e.via} (depth {e.depth}) sources {sources} at {when}")
+        print(f"     {e.content}")
+    print("trace:")
+    for step in result.trace:
+        detail = json.dumps(_jsonable(step.detail), ensure_ascii=False)
+        print(f"  {step.phase:<7} {step.elapsed_ms:8.1f} ms  {detail[:200]}")
+    if result.answer is not None:
+        print(f"answer ({result.answer_source}):\n{result.answer}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with open_engine(args) as engine:
+        view = engine.get(args.node_id)
+    if args.json:
+        _dump(view)
+        return 0
+    n = view.node
+    print(f"{n.id} ({n.kind}, seq {n.seq}, {n.link_status.value})")
+    print(f"  content:   {n.content}")
+    print(f"  speaker:   {n.speaker or '-'}; observed {n.observed_at or '-'}; event {n.event_time or '-'}")
+    print(f"  sources:   {', '.join(n.source_ids) or '-'}; entities: {', '.join(n.entities) or '-'}")
+    print("  types:     " + (", ".join(f"{k} {v:.2f}" for k, v in n.types.items()) or "-"))
+    if n.superseded_by:
+        print(f"  superseded by {n.superseded_by}")
+    for title, edges, other in (("edges", view.edges_out, "dst"), ("backlinks", view.backlinks, "src")):
+        print(f"  {title} ({len(edges)}):")
+        for e in edges:
+            attrs = f" {json.dumps(e.attrs)}" if e.attrs else ""
+            print(f"    {e.relation:<18} {getattr(e, other)}  {e.origin.value} w={e.weight:.2f}{attrs}")
+    return 0
+
+
+def cmd_relink(args: argparse.Namespace) -> int:
+    with open_engine(args) as engine:
+        report = engine.relink()
+    print(f"assessed {report.assessed} nodes, wrote {report.edges_written} inferred edges, "
+          f"{report.controller_questions} controller questions; {len(report.pending)} still pending")
+    for node_id, reason in report.errors.items():
+        print(f"  pending {node_id}: {reason}")
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    with open_engine(args) as engine:
+        stats = engine.stats()
+    if args.json:
+        _dump(stats)
+        return 0
+    print(f"nodes: {stats.nodes}; summaries: {stats.summaries}")
+    print("edges: " + (", ".join(f"{k} {v}" for k, v in sorted(stats.edges.items())) or "none"))
+    print("link status: " + ", ".join(f"{k} {v}" for k, v in stats.link_status.items() if v))
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from data.locomo import load_locomo
+    from memory.evaluation import EvalConfig, run_locomo, to_markdown, write_report
+
+    if args.systems and args.controller:
+        raise UsageError("give either --systems or --controller, not both")
+    controllers = args.controller or ["heuristic"]
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()] if args.systems else \
+        ["bm25", "dense", "rrf", *(f"jevmem-{c}" for c in controllers)]
+    convs = load_locomo(args.data, audit=args.audit, conversations=tuple(args.conversations) if args.conversations else None)
+    if args.conversations:
+        missing = sorted(set(args.conversations) - {c.sample_id for c in convs})
+        if missing:
+            raise UsageError(f"conversation(s) not in {args.data}: {', '.join(missing)}")
+    config = EvalConfig(
+        systems=tuple(systems), date_style=args.date_style, baseline_embedder=args.baseline_embedder,
+        engine_embedder=args.embedder, engine_config=args.config, store=args.store, query_k=args.k,
+        bootstrap_draws=args.bootstrap, seed=args.seed, write_quality=not args.no_write_quality, cache=not args.no_cache,
+    )
+    report = run_locomo(convs, config, progress=_eval_progress)
+    if args.out:
+        paths = write_report(report, args.out)
+        print(f"wrote {', '.join(str(p) for p in paths.values())}", file=sys.stderr)
+    print(to_markdown(report))
+    failed = [r.name for r in report.systems.values() if r.error]
+    return 1 if failed else 0
+
+
+def _eval_progress(label: str, total: int) -> Any:
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc=label, disable=not sys.stderr.isatty(), leave=False)
+
+    def step() -> None:
+        bar.update(1)
+        if bar.n >= total:
+            bar.close()
+
+    return step
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from serving.server import run
+
+    run(args.host, args.port, args.controller)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jevmem", description="Jev-Mem: offline agent memory with a local System One controller.")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def engine_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--db", required=True, help="the SQLite memory store")
+        p.add_argument("--controller", default="heuristic", help="controller backend: heuristic (default) or local")
+        p.add_argument("--embedder", choices=("hashing", "minilm"), default=None,
+                       help="embedder (default: the one the store was built with, else hashing)")
+        p.add_argument("--config", default=None, help="engine preset (default, fast, thorough) or a JSON config file")
+
+    p = sub.add_parser("ingest", help="write observations into a store")
+    engine_options(p)
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--jsonl", help="one observation per line")
+    source.add_argument("--locomo", help="a LoCoMo JSON file (turns only; never qa / summaries)")
+    p.add_argument("--conversation", help="LoCoMo sample id, e.g. conv-26 (required when the file holds several)")
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("query", help="retrieve evidence for a query")
+    engine_options(p)
+    p.add_argument("text")
+    p.add_argument("--k", type=int, default=10)
+    p.add_argument("--answer", action="store_true", help="also answer (System Two when configured, else extractive)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_query)
+
+    p = sub.add_parser("show", help="a node with its edges and backlinks")
+    engine_options(p)
+    p.add_argument("node_id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_show)
+
+    for name, func, text in (("relink", cmd_relink, "re-run pending and stale judgments"), ("stats", cmd_stats, "store statistics")):
+        p = sub.add_parser(name, help=text)
+        engine_options(p)
+        if name == "stats":
+            p.add_argument("--json", action="store_true")
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("eval", help="benchmarks")
+    bench = p.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
+    p = bench.add_parser("locomo", help="retrieval on LoCoMo: flat baselines and Jev-Mem in one run")
+    p.add_argument("--data", required=True, help="LoCoMo JSON file")
+    p.add_argument("--audit", help="audit file with corrected evidence")
+    p.add_argument("--conversations", nargs="+", metavar="ID", help="sample ids (default: all in the file)")
+    p.add_argument("--controller", nargs="+", help="Jev-Mem controllers to run beside the baselines (default: heuristic)")
+    p.add_argument("--systems", help="comma list of bm25, dense, rrf, jevmem-<controller>")
+    p.add_argument("--out", help="directory for report.json, questions.jsonl and report.md")
+    p.add_argument("--k", type=int, default=20, help="items per question for every system (default 20)")
+    p.add_argument("--embedder", choices=("hashing", "minilm"), default="minilm", help="the engine's embedder")
+    p.add_argument("--baseline-embedder", choices=("hashing", "minilm"), default="minilm", help="the dense baseline's embedder")
+    p.add_argument("--config", default=None, help="engine preset or JSON config file")
+    p.add_argument("--store", choices=("memory", "sqlite"), default="memory", help="fresh store per conversation")
+    p.add_argument("--date-style", default="locomo", help="date prefix of the baselines' turn texts")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap draws (default 1000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-write-quality", action="store_true", help="skip candidate / edge recall")
+    p.add_argument("--no-cache", action="store_true", help="do not use the on-disk embedding cache")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("serve", help="the HTTP server (TypeSafe wire protocol + memory API)")
+    p.add_argument("--host", default=None)
+    p.add_argument("--port", type=int, default=None)
+    p.add_argument("--controller", default=None, help="controller backend name")
+    p.set_defaults(func=cmd_serve)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:  # `jevmem ... | head`: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print("jevmem: interrupted", file=sys.stderr)
+        return 130
+    except USER_ERRORS as error:
+        if args.verbose >= 2:
+            raise
+        print(f"jevmem {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,134 @@
+"""Settings from the environment, /healthz, /readyz and the hand-written Prometheus /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import pytest
+
+from serving.errors import SettingsError
+from serving.metrics import Counter, Histogram
+from serving.settings import Settings
+from tests.serving.conftest import body, serving
+from tests.serving.fakes import FakeBackend
+
+
+def test_settings_from_env_in_one_place() -> None:
+    env = {
+        "JEVMEM_CONTROLLER": "local",
+        "JEVMEM_CONTROLLER_OPTIONS": '{"model_dir": "/models/x", "threads": 2}',
+        "JEVMEM_API_KEY": "k",
+        "JEVMEM_PORT": "9001",
+        "JEVMEM_BATCHING": "off",
+        "JEVMEM_MAX_BATCH_SIZE": "16",
+        "JEVMEM_MAX_WAIT_MS": "1.5",
+        "JEVMEM_QUEUE_SIZE": "10",
+        "JEVMEM_REQUEST_TIMEOUT_S": "3",
+        "JEVMEM_MEMORY_DB": "/tmp/m.db",
+        "JEVMEM_TOKEN_BUDGET": "2048",
+        "JEVMEM_HOST": " ",  # empty keeps the default
+    }
+    s = Settings.from_env(env, port=9002)
+    assert (s.controller, s.controller_options, s.api_key, s.port) == ("local", {"model_dir": "/models/x", "threads": 2}, "k", 9002)
+    assert (s.batching, s.effective_batch_size, s.effective_max_wait_s) == (False, 1, 0.0)
+    assert (s.max_batch_size, s.max_wait_ms, s.queue_size, s.request_timeout_s) == (16, 1.5, 10, 3.0)
+    assert (s.memory_db, s.token_budget, s.host) == ("/tmp/m.db", 2048, "127.0.0.1")
+
+
+@pytest.mark.parametrize(
+    ("env", "field"),
+    [
+        ({"JEVMEM_PORT": "eighty"}, "port"),
+        ({"JEVMEM_BATCHING": "maybe"}, "batching"),
+        ({"JEVMEM_CONTROLLER_OPTIONS": "[1]"}, "controller_options"),
+        ({"JEVMEM_MAX_BATCH_SIZE": "0"}, "max_batch_size"),
+        ({"JEVMEM_REQUEST_TIMEOUT_S": "nan"}, "request_timeout_s"),
+        ({"JEVMEM_API_KEY": "has space"}, "api_key"),
+    ],
+)
+def test_bad_settings_name_the_field(env: dict[str, str], field: str) -> None:
+    with pytest.raises(SettingsError) as error:
+        Settings.from_env(env)
+    assert error.value.field == field
+
+
+def test_unknown_override_is_refused() -> None:
+    with pytest.raises(SettingsError):
+        Settings.from_env({}, batch=3)
+
+
+async def test_health_and_readiness(client: Any) -> None:
+    assert (await client.get("/healthz")).json() == {"status": "ok"}
+    ready = (await client.get("/readyz")).json()
+    assert ready["status"] == "ready" and ready["model"] == "fake-1.0.0"
+
+
+async def test_warm_up_runs_one_request_in_lifespan(make_app: Any) -> None:
+    backend = FakeBackend()
+    async with serving(make_app(backend=backend)) as client:
+        assert backend.calls == [1]
+        assert (await client.get("/readyz")).status_code == 200
+
+
+async def test_not_ready_until_the_backend_answers(make_app: Any) -> None:
+    class Down(FakeBackend):
+        up = False
+
+        def answer(self, requests: Any) -> Any:
+            if not self.up:
+                from controller.errors import BackendUnavailableError
+
+                raise BackendUnavailableError("still loading")
+            return super().answer(requests)
+
+    backend = Down()
+    async with serving(make_app(backend=backend)) as client:
+        r = await client.get("/readyz")
+        assert r.status_code == 503 and "retry-after" in r.headers
+        assert (await client.post("/v1/systemone", json=body())).status_code == 503
+        backend.up = True
+        await asyncio.sleep(1.05)  # readiness re-probes at most once a second
+        assert (await client.get("/readyz")).status_code == 200
+
+
+def _sample(text: str, name: str, **labels: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            found = dict(re.findall(r'(\w+)="([^"]*)"', line.split(" ")[0]))
+            if all(found.get(k) == v for k, v in labels.items()):
+                return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no sample {name} {labels}")
+
+
+async def test_metrics_count_routes_statuses_batches_and_errors(client: Any) -> None:
+    await client.post("/v1/systemone", json=body())
+    await client.post("/v1/systemone", json=body(model="nope"))
+    await client.post("/v1/systemone", content=b"{")
+    await client.get("/v1/memory/nodes/x")  # not mounted: unmatched
+    text = (await client.get("/metrics")).text
+    assert _sample(text, "jevmem_http_requests_total", route="/v1/systemone", method="POST", status="200") == 1
+    assert _sample(text, "jevmem_http_requests_total", route="/v1/systemone", status="400") == 1
+    assert _sample(text, "jevmem_http_requests_total", route="unmatched", status="404") == 1
+    assert _sample(text, "jevmem_errors_total", error_type="api_usage_error") == 1
+    assert _sample(text, "jevmem_errors_total", error_type="validation_error") == 1
+    assert _sample(text, "jevmem_http_request_duration_seconds_count", route="/v1/systemone") == 3
+    assert _sample(text, "jevmem_batch_size_count") == 2  # warm-up + one request
+    assert _sample(text, "jevmem_batch_size_bucket", le="+Inf") == 2
+    assert _sample(text, "jevmem_queue_depth") == 0
+    assert "# TYPE jevmem_http_request_duration_seconds histogram" in text
+
+
+def test_metric_primitives() -> None:
+    c = Counter("c_total", "help", ("a",))
+    c.inc(a='x"y\n')
+    assert 'c_total{a="x\\"y\\n"} 1' in "\n".join(c.render())
+    with pytest.raises(ValueError):
+        c.inc(-1, a="x")
+    h = Histogram("h", "help", (1, 2))
+    for v in (0.5, 1.5, 3):
+        h.observe(v)
+    lines = h.render()
+    assert 'h_bucket{le="1"} 1' in lines and 'h_bucket{le="2"} 2' in lines and 'h_bucket{le="+Inf"} 3' in lines
+    assert "h_sum 5" in lines and "h_count 3" in lines

@@ -1,0 +1,60 @@
+"""`python -m training build-data` and `distill` on the tiny fixture (fast: few synthetic states, hashing embedder)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+import data.teacher
+from data.schema import load_examples, read_jsonl
+from tests.training.test_data_locomo import write_locomo_fixture
+from tests.training.test_teacher import FakeTeacher
+from training.__main__ import main
+
+
+def test_build_data_writes_splits_and_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, audit = write_locomo_fixture(tmp_path)
+    out = tmp_path / "decisions"
+    argv = ["build-data", "--locomo", str(path), "--audit", str(audit), "--out", str(out),
+            "--synthetic-per-family", "40", "--seed", "1", "--dense", "hashing", "--questions"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "family" in printed and "build wall-clock" in printed and "relevance" in printed
+    assert sorted(p.name for p in out.iterdir()) == ["calibration.jsonl", "dev.jsonl", "summary.json", "test.jsonl", "train.jsonl"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary) >= {"counts", "seconds", "rows", "questions", "totals", "dropped_for_leakage", "config"}
+    assert summary["counts"]["dev"] == len(load_examples(out, "dev")) > 0
+    assert summary["config"]["seed"] == 1
+    first = (out / "train.jsonl").read_bytes()
+    assert main(argv) == 0  # same seed, same bytes
+    assert (out / "train.jsonl").read_bytes() == first
+
+
+def test_build_data_without_locomo_and_without_calibration_conversation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "synthetic"
+    assert main(["build-data", "--out", str(out), "--synthetic-per-family", "20", "--calibration-conversations", ""]) == 0
+    assert {e.source.split(":")[0] for e in load_examples(out)} == {"synthetic"}
+    assert not (out / "dev.jsonl").exists()
+
+
+def test_distill_command_uses_the_teacher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "data"
+    assert main(["build-data", "--out", str(out), "--synthetic-per-family", "10"]) == 0
+    fake = FakeTeacher()
+    original = data.teacher.make_client
+
+    def client(config: Any, *, transport: Any = None) -> Any:
+        return original(config, transport=httpx2.MockTransport(fake))
+
+    monkeypatch.setattr(data.teacher, "make_client", client)
+    labels = tmp_path / "teacher.jsonl"
+    argv = ["distill", "--data", str(out), "--split", "train", "--families", "routing", "--limit", "12",
+            "--base-url", "http://teacher.local", "--name", "open7b", "--out", str(labels)]
+    assert main(argv) == 0
+    records = list(read_jsonl(labels))
+    assert len(records) == 12 and all(r.source == "teacher:open7b" and r.family == "routing" for r in records)
+    assert "12 written" in capsys.readouterr().out

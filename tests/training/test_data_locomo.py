@@ -1,0 +1,190 @@
+"""LoCoMo label rules on a tiny LoCoMo-shaped fixture written here (the real data is never read by tests)."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from data.builders.locomo import LocomoRules, build_locomo
+from data.locomo import load_locomo
+from data.schema import DecisionExample
+from data.splits import SplitPlan, state_strings
+
+TOPICS = (
+    ("pottery", "clay", "kiln"), ("hiking", "trail", "summit"), ("garden", "tomatoes", "compost"),
+    ("guitar", "chords", "band"), ("marathon", "training", "sneakers"), ("painting", "canvas", "sunset"),
+)
+CONVERSATIONS = {  # sample id -> speakers, a word that makes its texts unique
+    "conv-26": ("Alma", "Berit", "lighthouse"),
+    "conv-30": ("Cosmo", "Dagny", "orchard"),
+    "conv-41": ("Edda", "Fritjof", "glacier"),
+    "conv-44": ("Greta", "Hjalmar", "vineyard"),
+}
+
+
+def _conversation(sample_id: str, a: str, b: str, word: str, seed: int) -> dict:
+    rng = random.Random(seed)
+    conv: dict = {"speaker_a": a, "speaker_b": b}
+    observation: dict = {}
+    for s in (1, 2, 3):
+        conv[f"session_{s}_date_time"] = f"1:56 pm on {5 * s} May, 2023"
+        topic = TOPICS[(seed + s) % len(TOPICS)]
+        turns = []
+        for t in range(1, 9):
+            speaker = a if t % 2 else b
+            w = topic[t % 3]
+            text = f"{speaker} talks about the {w} near the {word} in session {s}, part {t} ({rng.randint(0, 999)})."
+            if t == 1:
+                text = f"Hey {b if speaker == a else a}! Good to see you by the {word} ({s})."
+            turn = {"speaker": speaker, "dia_id": f"D{s}:{t}", "text": text}
+            if t == 4:
+                turn["blip_caption"] = f"a photo of a {w} by the {word}"
+            turns.append(turn)
+        conv[f"session_{s}"] = turns
+        observation[f"session_{s}_observation"] = {
+            a: [[f"{a} enjoys the {topic[0]} {topic[1]} near the {word}.", f"D{s}:3"]],
+            b: [[f"{b} bought {topic[0]} {topic[2]} supplies near the {word}.", f"D{s}:4"]],
+        }
+    qa = [
+        {"question": f"When did {a} talk about the {TOPICS[(seed + 1) % 6][0]}?", "answer": "5 May 2023", "evidence": ["D1:3"], "category": 2},
+        {"question": f"What activities does {a} do near the {word}?", "answer": "x", "evidence": ["D1:3", "D2:5"], "category": 1},
+        {"question": f"What did {b} say about the {word} in session 2?", "answer": "x", "evidence": ["D2:4"], "category": 4},
+        {"question": f"Would {a} enjoy a museum about the {word}?", "answer": "x", "evidence": ["D1:3"], "category": 3},
+        {"question": f"What did {b} make near the {word}?", "adversarial_answer": "x", "evidence": ["D1:3"], "category": 5},
+        {"question": f"Why did {a} go back to the {word}?", "answer": "x", "evidence": ["D3:1; D3:2"], "category": 1},
+        {"question": f"Where is the {word} now?", "answer": "x", "evidence": [], "category": 4},
+    ]
+    return {"sample_id": sample_id, "conversation": conv, "qa": qa, "observation": observation,
+            "event_summary": {}, "session_summary": {}}
+
+
+def write_locomo_fixture(directory: Path) -> tuple[Path, Path]:
+    """A 4-conversation LoCoMo-shaped file (3 sessions x 8 turns each) and an audit file."""
+    samples = [_conversation(sid, a, b, w, i) for i, (sid, (a, b, w)) in enumerate(CONVERSATIONS.items())]
+    path = directory / "locomo_fixture.json"
+    path.write_text(json.dumps(samples), encoding="utf-8")
+    audit = [{"question_id": "locomo_0_qa3", "question": samples[0]["qa"][2]["question"], "correct_evidence": ["D2:6"]}]
+    audit_path = directory / "audit_fixture.json"
+    audit_path.write_text(json.dumps(audit), encoding="utf-8")
+    return path, audit_path
+
+
+@pytest.fixture(scope="module")
+def locomo(tmp_path_factory: pytest.TempPathFactory) -> tuple[list, list[DecisionExample]]:
+    path, audit = write_locomo_fixture(tmp_path_factory.mktemp("locomo"))
+    conversations = load_locomo(path, audit=audit)
+    examples = build_locomo(conversations, SplitPlan(), rules=LocomoRules(pairs_random=30, pairs_same_session=20))
+    return conversations, examples
+
+
+def _by(examples: list[DecisionExample], family: str, name: str) -> list[DecisionExample]:
+    return [e for e in examples if e.family == family and e.question_name == name]
+
+
+def test_splits_follow_conversations(locomo: tuple) -> None:
+    _, examples = locomo
+    split = {e.group: e.split for e in examples}
+    assert split == {"locomo:conv-26": "dev", "locomo:conv-30": "dev", "locomo:conv-41": "train", "locomo:conv-44": "calibration"}
+    assert {e.source for e in examples} == {"locomo"}
+
+
+def test_relevance_gold_is_positive_and_negatives_avoid_gold(locomo: tuple) -> None:
+    conversations, examples = locomo
+    conv = conversations[2]  # conv-41
+    texts = {t.dia_id: t.memory_text() for t in conv.turns}
+    q = conv.questions[1]  # multi-hop, evidence D1:3 + D2:5
+    rel = [e for e in _by(examples, "relevance", "relevant") if e.state["query"] == q.question]
+    positives = {e.state["memory"] for e in rel if e.target == 1.0}
+    assert positives == {texts["D1:3"], texts["D2:5"]}
+    blocked = {texts[d] for d in ("D1:2", "D1:3", "D1:4", "D2:4", "D2:5", "D2:6")}
+    assert all(e.state["memory"] not in blocked for e in rel if e.target == 0.0)
+    assert sum(e.target == 0.0 for e in rel) >= 4
+    bridges = [e for e in _by(examples, "relevance", "bridge") if e.state["query"] == q.question and e.notes == "locomo:gold"]
+    assert bridges and all(e.target == 1.0 for e in bridges)  # two gold turns: each a step toward the other
+
+
+def test_adversarial_and_evidence_free_questions_get_no_relevance(locomo: tuple) -> None:
+    conversations, examples = locomo
+    queries = {e.state["query"] for e in examples if e.family in ("relevance", "stopping")}
+    for conv in conversations:
+        assert conv.questions[4].question not in queries  # category 5
+        assert conv.questions[6].question not in queries  # no evidence
+
+
+def test_audit_correction_is_applied(locomo: tuple) -> None:
+    conversations, examples = locomo
+    conv = conversations[0]
+    q = conv.questions[2]
+    assert q.evidence == ("D2:6",)
+    gold = {e.state["memory"] for e in _by(examples, "relevance", "relevant") if e.state["query"] == q.question and e.target == 1.0}
+    assert gold == {conv.turn_by_id()["D2:6"].memory_text()}
+
+
+def test_stopping_sets_match_their_labels(locomo: tuple) -> None:
+    conversations, examples = locomo
+    conv = conversations[2]
+    by_id = conv.turn_by_id()
+    checked = {0.0: 0, 1.0: 0}
+    for e in _by(examples, "stopping", "evidence_sufficient"):
+        if e.group != "locomo:conv-41":
+            continue
+        checked[e.target] += 1  # type: ignore[index]
+        q = next(q for q in conv.questions if q.question == e.state["query"])
+        items = [re.sub(r"^\[[^\]]+\] ", "", s) for s in e.state["evidence"]]
+        has_all = all(by_id[d].memory_text() in items for d in q.evidence)
+        assert has_all == (e.target == 1.0)
+        assert all(s.startswith("[") for s in e.state["evidence"])  # dated items
+        assert 1 <= len(items) <= 5 and isinstance(e.state["depth"], int)
+    assert checked[0.0] >= 4 and checked[1.0] >= 4
+
+
+def test_routing_rules(locomo: tuple) -> None:
+    conversations, examples = locomo
+    labels = {(e.state["query"], e.question_name): e.target for e in examples if e.family == "routing"}
+    conv = conversations[2]
+    assert labels[(conv.questions[0].question, "temporal")] == 1.0  # category 2
+    assert labels[(conv.questions[1].question, "multi_hop")] == 1.0  # category 1
+    assert labels[(conv.questions[2].question, "multi_hop")] == 0.0  # single-hop, one turn
+    assert labels[(conv.questions[5].question, "causal")] == 1.0  # why-question
+    assert labels[(conv.questions[6].question, "recency")] == 1.0  # "now"
+    assert labels[(conv.questions[2].question, "causal")] == 0.0
+
+
+def test_pair_labels_agree_with_sessions_and_dates(locomo: tuple) -> None:
+    conversations, examples = locomo
+    session = {t.memory_text(): t.session for c in conversations for t in c.turns}
+
+    def strip(text: str) -> str:
+        return re.sub(r"^\[[^\]]+\] ", "", text)
+
+    pairs = [e for e in examples if e.family == "pair"]
+    assert {e.question_name for e in pairs} >= {"same_episode", "semantic", "temporal"}
+    seen = {"dated": 0, "undated": 0, "episode": 0}
+    for e in pairs:
+        a, b = strip(e.state["memory_a"]), strip(e.state["memory_b"])
+        dated = e.state["memory_a"].startswith("[")
+        if e.question_name == "same_episode" and e.target == 1.0:
+            assert session[a] == session[b]
+            seen["episode"] += 1
+        if e.question_name == "temporal":
+            label = max(e.target, key=e.target.get)  # type: ignore[union-attr, arg-type]
+            assert session[a] != session[b]
+            if dated:
+                assert label == ("before" if session[a] < session[b] else "after")
+            else:
+                assert label == "unknown"
+            seen["dated" if dated else "undated"] += 1
+    assert min(seen.values()) >= 5
+
+
+def test_states_hold_no_labels_or_observations(locomo: tuple) -> None:
+    conversations, examples = locomo
+    facts = {f.lower() for c in conversations for v in c.observations.values() for f, _ in v}
+    for e in examples:
+        strings = state_strings(e.state)
+        assert not strings & facts
+        assert "category" not in json.dumps(e.state)

@@ -1,0 +1,112 @@
+"""The decision-data schema: validation, JSON round-trip, files, grouping, `datasets` loading."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from data.schema import (
+    DecisionExample,
+    SchemaError,
+    from_row,
+    group_examples,
+    load_decisions,
+    load_examples,
+    read_jsonl,
+    to_row,
+    write_jsonl,
+    write_splits,
+)
+
+NOUL = {"type": "noul", "instructions": "Does state.observation describe an event?"}
+CHOICE = {"type": "choice", "instructions": "Order?", "criteria": {"before": "a first", "after": None, "unknown": "no idea"}}
+SCORE = {"type": "score", "instructions": "How sure?", "criteria": ["low", "mid", "high"]}
+
+
+def make(i: int = 0, *, question: dict | None = None, target: object = 1.0, split: str = "train", state: object = None) -> DecisionExample:
+    return DecisionExample(
+        id=f"x:{i}", family="typing", question_name="episodic", state=state if state is not None else {"observation": f"Ann ran {i} km. ✓"},
+        question=question or NOUL, target=target, source="synthetic:test", group="g0", split=split,  # type: ignore[arg-type]
+    )
+
+
+def test_round_trip_keeps_every_field_and_option_order() -> None:
+    examples = [
+        make(0, target=0.25),
+        make(1, question=CHOICE, target={"unknown": 0.5, "before": 0.25, "after": 0.25}),
+        make(2, question=SCORE, target=[0.2, 0.3, 0.5], split="test"),
+    ]
+    for e in examples:
+        back = DecisionExample.from_json(e.to_json())
+        assert back == e
+        assert from_row(to_row(e)) == e
+    choice = DecisionExample.from_json(examples[1].to_json())
+    assert list(choice.target) == ["before", "after", "unknown"]  # follows the question's options
+    assert list(json.loads(to_row(examples[1])["question"])["criteria"]) == ["before", "after", "unknown"]
+
+
+@pytest.mark.parametrize(
+    ("question", "target", "field"),
+    [
+        (NOUL, 1.5, "target"),
+        (NOUL, True, "target"),
+        (CHOICE, {"before": 1.0}, "target"),
+        (CHOICE, {"before": 0.5, "after": 0.2, "unknown": 0.2}, "target"),
+        (SCORE, [0.5, 0.5], "target"),
+        ({"type": "box"}, 1.0, "question"),
+        ({"type": "noul"}, 1.0, "question"),
+    ],
+)
+def test_invalid_targets_and_questions_are_refused(question: dict, target: object, field: str) -> None:
+    with pytest.raises(SchemaError) as info:
+        make(question=question, target=target)
+    assert info.value.field_name == field
+
+
+def test_invalid_split_weight_and_state() -> None:
+    with pytest.raises(SchemaError):
+        make(split="validation")
+    with pytest.raises(SchemaError):
+        DecisionExample("i", "f", "q", {"a": 1}, NOUL, 1.0, "s", "g", weight=-1.0)
+    with pytest.raises(SchemaError):
+        make(state=3)
+    with pytest.raises(SchemaError):
+        DecisionExample.from_dict({**make().to_dict(), "extra": 1})
+
+
+def test_jsonl_files_and_torn_last_line(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    assert write_jsonl(path, [make(0), make(1)]) == 2
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(make(2).to_json()[:30])  # an interrupted append
+    assert [e.id for e in read_jsonl(path)] == ["x:0", "x:1"]
+    path.write_text("not json\n" + make(0).to_json() + "\n", encoding="utf-8")
+    with pytest.raises(SchemaError):
+        list(read_jsonl(path))
+
+
+def test_grouping_packs_questions_of_one_state() -> None:
+    shared = {"observation": "Ann ran 5 km."}
+    examples = [make(i, state=shared) for i in range(5)] + [make(9), make(10, state=shared, split="dev")]
+    groups = group_examples(examples)
+    sizes = sorted(len(g.examples) for g in groups)
+    assert sizes == [1, 1, 5]
+    assert sorted(len(g.examples) for g in group_examples(examples, max_questions=2)) == [1, 1, 1, 2, 2]
+    big = next(g for g in groups if len(g.examples) == 5)
+    assert list(big.questions) == [f"x:{i}" for i in range(5)] and big.state == shared
+
+
+def test_splits_and_datasets_loading(tmp_path: Path) -> None:
+    examples = [make(0), make(1, split="dev"), make(2, question=CHOICE, target={"before": 1.0, "after": 0.0, "unknown": 0.0})]
+    (tmp_path / "test.jsonl").write_text("stale\n", encoding="utf-8")
+    assert write_splits(tmp_path, examples) == {"train": 2, "dev": 1}
+    assert not (tmp_path / "test.jsonl").exists()
+    assert [e.id for e in load_examples(tmp_path)] == ["x:0", "x:2", "x:1"]
+    ds = load_decisions(tmp_path)
+    assert set(ds) == {"train", "dev"} and ds["train"].num_rows == 2
+    row = ds["train"][1]
+    assert row["kind"] == "choice" and json.loads(row["target"]) == {"before": 1.0, "after": 0.0, "unknown": 0.0}
+    assert row["state_key"] == examples[2].state_key
+    assert from_row(row) == examples[1 + 1]

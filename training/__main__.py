@@ -1,0 +1,30 @@
+"""`python -m training <command>`: the training pipeline's command line.
+
+Each command lives in its own module exposing `add_parser(subparsers)`, which registers a subparser whose
+`handler` default takes the parsed arguments and returns an exit code. Add new commands to `COMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+COMMANDS: tuple[str, ...] = ("training.data_cli", "training.cli")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training", description="jevmem-local training pipeline")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in COMMANDS:
+        importlib.import_module(module).add_parser(sub)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

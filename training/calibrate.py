@@ -1,0 +1,53 @@
+"""Temperature calibration of a saved model directory on the calibration split.
+
+    result = calibrate_predictions(predictions, model_hash)   # one T per kind / option-count group
+    save_calibration(result.calibration, model_dir / "calibration.json")
+
+Uses `controller.calibration.fit_temperatures` (NLL-optimal T per group, bound to the model hash). A Choice
+or Score question is fitted on the index of its most probable target option; a Noul on its target
+probability. Groups without calibration data keep T = 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from controller.calibration import Calibration, fit_temperatures, group_of, nll
+from training.predict import Prediction
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    calibration: Calibration
+    nll_before: dict[str, float] = field(default_factory=dict)  # per group, on the calibration split
+    nll_after: dict[str, float] = field(default_factory=dict)
+
+
+def calibration_inputs(predictions: Sequence[Prediction]) -> tuple[list[np.ndarray], list[float], list[str]]:
+    """(logits, targets, groups) in the form `fit_temperatures` takes."""
+    logits, targets, groups = [], [], []
+    for p in predictions:
+        logits.append(np.asarray(p.logits, dtype=np.float64))
+        if p.kind == "noul":
+            targets.append(float(p.label.target[0]))
+        else:
+            targets.append(float(int(np.argmax(p.label.target))))
+        groups.append(group_of(p.kind, len(p.logits)))
+    return logits, targets, groups
+
+
+def calibrate_predictions(predictions: Sequence[Prediction], model_hash: str | None) -> CalibrationResult:
+    if not predictions:
+        raise ValueError("calibration needs predictions on the calibration split; it is empty")
+    logits, targets, groups = calibration_inputs(predictions)
+    calibration = fit_temperatures(logits, targets, groups, model_hash=model_hash)
+    before, after = {}, {}
+    for g in sorted(set(groups)):
+        idx = [i for i, x in enumerate(groups) if x == g]
+        rows, ys = [logits[i] for i in idx], [targets[i] for i in idx]
+        before[g] = round(nll(rows, ys, 1.0, noul=g == "noul"), 5)
+        after[g] = round(nll(rows, ys, calibration.temperatures[g], noul=g == "noul"), 5)
+    return CalibrationResult(calibration, before, after)

@@ -1,0 +1,83 @@
+"""`python -m training fit | calibrate | evaluate | export | all`: the training pipeline's stages.
+
+    python -m training all --locomo PATH --audit PATH            # = make train
+    python -m training fit --steps 1500 [--resume]
+    python -m training evaluate --model-dir DIR
+
+Every command takes the same run / model / data directories (see `training.pipeline.PipelineConfig`);
+the logic lives in `training.pipeline`, this module parses arguments and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from dataclasses import fields
+from typing import Any
+
+from training.pipeline import STAGES, PipelineConfig, run_all, run_stage
+from training.trainer import FitConfig
+
+_FIT_FLAGS = ("steps", "tokens_per_step", "max_batch_tokens", "lr", "head_lr", "weight_decay", "warmup", "grad_clip", "family_power",
+              "npair_fraction", "seed", "threads", "checkpoint_every", "max_minutes")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run-dir", default="runs/jevmem-minilm", help="checkpoints, logs, data and evaluation records (gitignored)")
+    p.add_argument("--model-dir", default="", help="model directory (default controller/models/jevmem-minilm)")
+    p.add_argument("--data-dir", default="", help="decision data split files (default <run-dir>/data)")
+    p.add_argument("--base", default=None, help="base model directory (default: the installed MiniLM package)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    defaults = FitConfig()
+    for name in _FIT_FLAGS:
+        value = getattr(defaults, name)
+        p.add_argument("--" + name.replace("_", "-"), type=type(value), default=value, help=f"fit: {name} (default {value})")
+    p.add_argument("--noul-as-choice-rate", type=float, default=PipelineConfig.noul_as_choice_rate)
+    p.add_argument("--robust-states", type=int, default=PipelineConfig.robust_states)
+    p.add_argument("--npair-states", type=int, default=PipelineConfig.npair_states)
+
+
+def add_parser(sub: Any) -> None:
+    for stage in ("fit", "calibrate", "evaluate", "export"):
+        p = sub.add_parser(stage, help=f"pipeline stage: {stage}")
+        _common(p)
+        if stage == "fit":
+            p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+        p.set_defaults(handler=run, stage=stage)
+    p = sub.add_parser("all", help="build data -> fit -> calibrate -> evaluate -> export (make train)")
+    _common(p)
+    p.add_argument("--locomo", default=None, help="LoCoMo JSON (not bundled); omit for synthetic data only")
+    p.add_argument("--audit", default=None)
+    p.add_argument("--synthetic-per-family", type=int, default=PipelineConfig.synthetic_per_family)
+    p.add_argument("--dense", default=PipelineConfig.dense, choices=("minilm", "hashing", "none"))
+    p.add_argument("--skip-data", action="store_true", help="reuse the data already under --data-dir")
+    p.add_argument("--resume", action="store_true", help="resume the fit stage from its latest checkpoint")
+    p.set_defaults(handler=run, stage="all")
+
+
+def config_from_args(args: argparse.Namespace) -> PipelineConfig:
+    fit = FitConfig(**{name: getattr(args, name) for name in _FIT_FLAGS})
+    known = {f.name for f in fields(PipelineConfig)}
+    extra = {k: getattr(args, k) for k in ("locomo", "audit", "synthetic_per_family", "dense") if hasattr(args, k) and k in known}
+    command = "python -m training " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "make train"
+    return PipelineConfig(
+        run_dir=args.run_dir, model_dir=args.model_dir, data_dir=args.data_dir, base_path=args.base, fit=fit,
+        noul_as_choice_rate=args.noul_as_choice_rate, robust_states=args.robust_states, npair_states=args.npair_states,
+        progress=not args.no_progress, command=command, **extra,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    if args.stage == "all":
+        metrics = run_all(cfg, skip_data=args.skip_data, resume=args.resume)
+        print(json.dumps({"stages_seconds": metrics.get("stages_seconds"), "acceptance": metrics.get("acceptance")}, indent=1))
+        return 0
+    summary = run_stage(cfg, args.stage, **({"resume": args.resume} if args.stage == "fit" else {}))
+    print(json.dumps(summary, indent=1, default=str)[:4000])
+    return 0
+
+
+__all__ = ["STAGES", "add_parser", "config_from_args", "run"]

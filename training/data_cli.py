@@ -1,0 +1,82 @@
+"""Data commands: `build-data` (the decision data set) and `distill` (teacher labels for it).
+
+    python -m training build-data --locomo PATH --audit PATH --out DIR [--synthetic-per-family N] [--seed S]
+    python -m training distill --data DIR --split train --base-url URL --name NAME --out FILE
+
+build-data writes DIR/{train,calibration,dev,test}.jsonl and DIR/summary.json and prints the summary table
+and the build wall-clock; distill appends a teacher's soft answers to FILE (resumable). All logic lives in
+`data.builders` and `data.teacher`; this module only parses arguments and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from data.builders import BuildConfig, build_dataset, format_questions, format_table, write_build
+from data.builders.dataset import DENSE_CHOICES
+from data.splits import SplitPlan
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("build-data", help="build the labelled decision data set (LoCoMo rules + synthetic generators)")
+    p.add_argument("--locomo", help="LoCoMo JSON file (not bundled; omit to build synthetic data only)")
+    p.add_argument("--audit", help="LoCoMo audit file with corrected evidence (optional)")
+    p.add_argument("--out", required=True, help="output directory for the split files and summary.json")
+    p.add_argument("--synthetic-per-family", type=int, default=1500, help="labelled states per family from the generators")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dense", choices=DENSE_CHOICES, default="minilm", help="embedder for dense hard negatives")
+    p.add_argument("--calibration-conversations", default="conv-44",
+                   help="comma-separated LoCoMo sample ids held out for calibration (empty: none)")
+    p.add_argument("--questions", action="store_true", help="also print the per-question label balance of the train split")
+    p.set_defaults(handler=run)
+    d = sub.add_parser("distill", help="record a teacher's soft answers for decision examples (any wire-protocol server; never Jev)")
+    d.add_argument("--data", required=True, help="directory of split files written by build-data")
+    d.add_argument("--split", default="train", help="split to label")
+    d.add_argument("--families", default="", help="comma-separated families to label (default: all)")
+    d.add_argument("--limit", type=int, default=0, help="label at most this many examples (0: all)")
+    d.add_argument("--base-url", required=True, help="teacher server, e.g. http://127.0.0.1:9000")
+    d.add_argument("--name", required=True, help="teacher name recorded as source teacher:<name>")
+    d.add_argument("--model", help="model name to request from the teacher server")
+    d.add_argument("--api-key", default="local")
+    d.add_argument("--out", required=True, help="JSONL file the answers are appended to")
+    d.set_defaults(handler=run_distill)
+
+
+def run_distill(args: argparse.Namespace) -> int:
+    from data.schema import load_examples
+    from data.teacher import TeacherConfig, distill
+
+    examples = load_examples(args.data, args.split)
+    families = {f.strip() for f in args.families.split(",") if f.strip()}
+    if families:
+        examples = [e for e in examples if e.family in families]
+    if args.limit:
+        examples = examples[: args.limit]
+    config = TeacherConfig(base_url=args.base_url, name=args.name, model=args.model, api_key=args.api_key)
+    report = distill(examples, args.out, config)
+    print(f"teacher {args.name}: {report.written} written, {report.skipped} already recorded, {report.failed} refused, "
+          f"{report.requests} requests in {report.seconds:.1f}s -> {args.out}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    start = time.perf_counter()
+    calibration = tuple(f"locomo:{c.strip()}" for c in args.calibration_conversations.split(",") if c.strip())
+    config = BuildConfig(
+        locomo=args.locomo, audit=args.audit, synthetic_per_family=args.synthetic_per_family, seed=args.seed,
+        dense=args.dense, plan=SplitPlan(calibration_groups=calibration),
+    )
+    result = build_dataset(config)
+    counts = write_build(result, args.out)
+    print(format_table(result.summary))
+    if args.questions:
+        print()
+        print(format_questions(result.summary))
+    print()
+    steps = ", ".join(f"{k} {v:.1f}s" for k, v in result.seconds.items())
+    print(f"written {sum(counts.values())} examples to {args.out} ({counts})")
+    print(f"dropped: {result.too_long} over-long states, {result.disjoint.dropped} for cross-split text")
+    print(f"build wall-clock {time.perf_counter() - start:.1f}s ({steps})")
+    return 0

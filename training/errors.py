@@ -1,0 +1,25 @@
+"""Errors of the training package.
+
+    TrainingError            root of every training failure
+    ├── LossInputError       a loss got tensors that break its contract (shape, range, normalisation)
+    ├── CheckpointError      a checkpoint that cannot be resumed (missing, corrupt, another config)
+    └── PipelineError        a pipeline stage that cannot run (missing data, missing model directory)
+"""
+
+from __future__ import annotations
+
+
+class TrainingError(Exception):
+    """Root of all training errors."""
+
+
+class LossInputError(TrainingError, ValueError):
+    """A loss was built or called against its contract."""
+
+
+class CheckpointError(TrainingError):
+    """A checkpoint cannot be resumed."""
+
+
+class PipelineError(TrainingError):
+    """A pipeline stage cannot run."""

@@ -1,0 +1,243 @@
+"""`make train`: build data -> fit -> calibrate -> evaluate -> export, each stage timed into the run record.
+
+    cfg = PipelineConfig(locomo=..., audit=..., run_dir="runs/jevmem-minilm", model_dir=DEFAULT_MODEL_DIR)
+    run_all(cfg)
+
+Stages read and write files only, so each also runs alone (`python -m training fit|calibrate|evaluate|export`):
+data -> `run_dir/data/*.jsonl`; fit -> the model directory (adapter + heads + config, identity calibration)
+with checkpoints and loss logs under `run_dir`; calibrate -> `model_dir/calibration.json`; evaluate ->
+`run_dir/evaluation.json` + reliability diagrams; export -> `run_dir/model.onnx` + a parity check.
+After each stage `metrics.json` and `MODEL_CARD.md` in the model directory are rewritten from the records.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from training.errors import PipelineError
+from training.report import record_stage, write_json, write_report
+from training.trainer import FitConfig
+
+log = logging.getLogger(__name__)
+STAGES: tuple[str, ...] = ("build_data", "fit", "calibrate", "evaluate", "export")
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    run_dir: str = "runs/jevmem-minilm"
+    model_dir: str = ""  # default: controller/models/jevmem-minilm
+    data_dir: str = ""  # default: <run_dir>/data
+    locomo: str | None = None  # LoCoMo JSON (never bundled); None builds synthetic data only
+    audit: str | None = None
+    synthetic_per_family: int = 1500
+    dense: str = "minilm"  # dense hard negatives for the LoCoMo rules: minilm | hashing | none
+    base_path: str | None = None  # default: the installed MiniLM package
+    fit: FitConfig = field(default_factory=FitConfig)
+    max_questions: int = 8  # questions per packed training request
+    noul_as_choice_rate: float = 0.05  # training Nouls also asked as the equivalent yes/no Choice
+    robust_states: int = 240  # held-out states for the robustness checks
+    npair_states: int = 240  # held-out states for packed vs N-pair
+    export_method: str = "fused"
+    progress: bool = True
+    command: str = "make train"
+
+    @property
+    def run(self) -> Path:
+        return Path(self.run_dir)
+
+    @property
+    def model(self) -> Path:
+        if self.model_dir:
+            return Path(self.model_dir)
+        from controller.artifacts import DEFAULT_MODEL_DIR
+
+        return DEFAULT_MODEL_DIR
+
+    @property
+    def data(self) -> Path:
+        return Path(self.data_dir) if self.data_dir else self.run / "data"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "fit": self.fit.to_json()}
+
+
+def _examples(cfg: PipelineConfig, split: str) -> list[Any]:
+    from data.schema import load_examples
+
+    if not (cfg.data / f"{split}.jsonl").exists():
+        raise PipelineError(f"no {split}.jsonl under {cfg.data}: run `python -m training build-data --out {cfg.data}` first")
+    return load_examples(cfg.data, split)
+
+
+def _tokenizer(cfg: PipelineConfig) -> Any:
+    from controller.template import get_tokenizer
+
+    return get_tokenizer(cfg.base_path)
+
+
+def stage_build_data(cfg: PipelineConfig) -> dict[str, Any]:
+    from data.builders.dataset import BuildConfig, build_dataset, write_build
+
+    result = build_dataset(BuildConfig(locomo=cfg.locomo, audit=cfg.audit, synthetic_per_family=cfg.synthetic_per_family,
+                                       seed=cfg.fit.seed, dense=cfg.dense))
+    counts = write_build(result, cfg.data)
+    return {"counts": counts, "too_long": result.too_long, "dropped_for_leakage": result.disjoint.dropped,
+            "locomo": bool(cfg.locomo), "steps_seconds": {k: round(v, 2) for k, v in result.seconds.items()}}
+
+
+def stage_fit(cfg: PipelineConfig, *, resume: bool = False) -> dict[str, Any]:
+    from controller.artifacts import save_artifact
+    from controller.torch_model import PackedCrossEncoder
+    from training.sampling import prepare_requests
+
+    requests, report = prepare_requests(_examples(cfg, "train"), _tokenizer(cfg), max_questions=cfg.max_questions,
+                                        noul_as_choice_rate=cfg.noul_as_choice_rate, seed=cfg.fit.seed)
+    from training.trainer import fit
+
+    model = PackedCrossEncoder.from_base(cfg.base_path, seed=cfg.fit.seed)
+    model, result = fit(model, requests, cfg.fit, cfg.run / "fit", resume=resume, progress=cfg.progress)
+    digest = save_artifact(model, cfg.model, base_path=cfg.base_path)
+    for stale in ("reliability.png",):
+        (cfg.model / stale).unlink(missing_ok=True)
+    return {"config": cfg.fit.to_json(), **asdict(result), "artifact_hash": digest, "requests": asdict(report)}
+
+
+def _load(cfg: PipelineConfig) -> Any:
+    from controller.artifacts import load_artifact
+
+    if not (cfg.model / "config.json").exists():
+        raise PipelineError(f"no model directory at {cfg.model}: run the fit stage first")
+    return load_artifact(cfg.model, base_path=cfg.base_path)
+
+
+def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
+    import torch
+
+    from controller.calibration import save_calibration
+    from training.calibrate import calibrate_predictions
+    from training.predict import predict
+    from training.sampling import prepare_requests
+
+    torch.set_num_threads(cfg.fit.threads)
+    loaded = _load(cfg)
+    requests, _ = prepare_requests(_examples(cfg, "calibration"), _tokenizer(cfg), max_questions=cfg.max_questions)
+    run = predict(loaded.model, requests, progress=cfg.progress, desc="calibrate")
+    result = calibrate_predictions(run.predictions, loaded.model_hash)
+    save_calibration(result.calibration, cfg.model / "calibration.json")
+    return {"examples": len(run.predictions), "nll_before": result.nll_before, "nll_after": result.nll_after,
+            "predict_seconds": round(run.seconds, 2)}
+
+
+def stage_evaluate(cfg: PipelineConfig) -> dict[str, Any]:
+    import torch
+
+    from training.evaluate import base_rates, metric_table, plot_reliability
+    from training.predict import predict
+    from training.robustness import noul_choice_check, npair_check, option_order_check, sample_states, wording_check
+    from training.sampling import prepare_requests
+
+    torch.set_num_threads(cfg.fit.threads)
+    loaded = _load(cfg)
+    tok = _tokenizer(cfg)
+    held = [e for split in ("dev", "test") if (cfg.data / f"{split}.jsonl").exists() for e in _examples(cfg, split)]
+    if not held:
+        raise PipelineError(f"no held-out examples (dev.jsonl / test.jsonl) under {cfg.data}")
+    requests, _ = prepare_requests(held, tok, max_questions=cfg.max_questions)
+    train_requests, _ = prepare_requests(_examples(cfg, "train"), tok, max_questions=cfg.max_questions)
+    rates = base_rates(train_requests)
+    run = predict(loaded.model, requests, progress=cfg.progress, desc="evaluate")
+    preds, cal = run.predictions, loaded.calibration
+    source = lambda p: "locomo" if p.group.startswith("locomo:") else "synthetic"  # noqa: E731
+    heldout = {
+        "by_family": metric_table(preds, cal, rates),
+        "by_source_family": metric_table(preds, cal, rates, key=lambda p: f"{source(p)}:{p.family}"),
+        "per_question": {**metric_table(preds, cal, rates, key=lambda p: f"{p.family}/{p.label.question_name}"),
+                         **metric_table(preds, cal, rates, key=lambda p: f"{source(p)}:{p.family}/{p.label.question_name}")},
+        "examples": len(preds), "requests": run.requests, "predict_seconds": round(run.seconds, 2), "tokens": run.tokens,
+    }
+    heldout["per_question"].pop("all", None)
+    robust = sample_states(held, cfg.robust_states, seed=cfg.fit.seed)
+    checks: dict[str, Callable[[], Any]] = {
+        "wording": lambda: wording_check(loaded.model, robust, tok, cal),
+        "option_order": lambda: option_order_check(loaded.model, robust, tok, cal, seed=cfg.fit.seed),
+        "noul_vs_choice": lambda: noul_choice_check(loaded.model, robust, tok, cal),
+    }
+    robustness: dict[str, Any] = {"states": len({e.state_key for e in robust}), "examples": len(robust)}
+    for name, check in checks.items():
+        t = time.perf_counter()
+        robustness[name] = {**check(), "seconds": round(time.perf_counter() - t, 2)}
+    npair = npair_check(loaded.model, sample_states(held, cfg.npair_states, seed=cfg.fit.seed + 1), tok)
+    cfg.run.mkdir(parents=True, exist_ok=True)
+    plot = plot_reliability(preds, cal, cfg.model / "reliability.png", title="held-out reliability (LoCoMo dev + synthetic test)")
+    evaluation = {"heldout": heldout, "robustness": robustness, "packed_vs_npair": npair, "reliability_png": plot}
+    write_json(cfg.run / "evaluation.json", evaluation)
+    return {"examples": len(preds), "robust_examples": len(robust)}
+
+
+def stage_export(cfg: PipelineConfig) -> dict[str, Any]:
+    import torch
+
+    from controller.onnx_export import export_onnx
+    from controller.packing import make_batches
+    from training.sampling import prepare_requests
+
+    torch.set_num_threads(cfg.fit.threads)
+    loaded = _load(cfg)
+    split = "dev" if (cfg.data / "dev.jsonl").exists() else "test"
+    requests, _ = prepare_requests(_examples(cfg, split)[:400], _tokenizer(cfg), max_questions=cfg.max_questions)
+    batches, _ = make_batches([r.tokenized for r in requests[:48]], max_batch_tokens=4096)
+    report = export_onnx(loaded.model, cfg.run / "model.onnx", batches, method=cfg.export_method)  # type: ignore[arg-type]
+    size = (cfg.run / "model.onnx").stat().st_size
+    return {"path": report.path, "method": report.method, "parity_max_abs_diff": report.max_abs_diff, "atol": report.atol,
+            "parity_batches": len(batches), "bytes": size}
+
+
+_RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
+    "build_data": stage_build_data, "fit": stage_fit, "calibrate": stage_calibrate, "evaluate": stage_evaluate, "export": stage_export,
+}
+
+
+def run_stage(cfg: PipelineConfig, stage: str, **options: Any) -> dict[str, Any]:
+    """Run one stage, record its wall-clock and summary, and refresh metrics.json / MODEL_CARD.md."""
+    if stage not in _RUNNERS:
+        raise PipelineError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
+    cfg.run.mkdir(parents=True, exist_ok=True)
+    write_json(cfg.run / "pipeline_config.json", cfg.to_json())
+    if stage == "fit":  # a new model invalidates everything measured on the old one
+        _forget(cfg, ("calibrate", "evaluate", "export"))
+    began = time.perf_counter()
+    log.info("stage %s ...", stage)
+    summary = _RUNNERS[stage](cfg, **options)
+    seconds = time.perf_counter() - began
+    record_stage(cfg.run, stage, seconds, summary)
+    log.info("stage %s done in %.1fs", stage, seconds)
+    if (cfg.model / "config.json").exists():
+        write_report(cfg.run, cfg.model, cfg.command)
+    return summary
+
+
+def _forget(cfg: PipelineConfig, stages: tuple[str, ...]) -> None:
+    from training.report import read_json
+
+    path = cfg.run / "stages.json"
+    records = read_json(path, {})
+    if any(s in records for s in stages):
+        write_json(path, {k: v for k, v in records.items() if k not in stages})
+    if "evaluate" in stages:
+        (cfg.run / "evaluation.json").unlink(missing_ok=True)
+
+
+def run_all(cfg: PipelineConfig, *, skip_data: bool = False, resume: bool = False) -> dict[str, Any]:
+    """Every stage in order; returns the final metrics."""
+    for stage in STAGES:
+        if stage == "build_data" and skip_data:
+            continue
+        run_stage(cfg, stage, **({"resume": resume} if stage == "fit" else {}))
+    from training.report import read_json
+
+    return read_json(cfg.model / "metrics.json", {})

@@ -1,0 +1,344 @@
+"""Fine-tuning: LoRA on the encoder, fully trained heads, AdamW with linear warmup / decay, resumable.
+
+    model = PackedCrossEncoder.from_base(base)                   # or .from_config(...) in tests
+    result = fit(model, requests, FitConfig(steps=1500), run_dir="runs/x")
+    result = fit(fresh_model, requests, same_config, run_dir="runs/x", resume=True)   # same weights
+
+Every step is a pure function of (seed, step): the sampler draws the step's requests from (seed, step),
+dropout is reseeded from (seed, step) and the learning rate is a function of the step, so resuming from a
+checkpoint (trainable weights + AdamW state) reproduces the uninterrupted run. The log is JSONL (one line
+per step) plus a PNG of the loss curves; checkpoints go to `run_dir/checkpoints/` (never into a model dir).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from training.errors import CheckpointError
+from training.sampling import BalancedSampler, LabeledRequest, collate, label_tensors
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    steps: int = 1500
+    tokens_per_step: int = 6000  # packed (unpadded) tokens drawn per optimizer step
+    max_batch_tokens: int = 8192  # padded tokens per micro-batch (gradients accumulate over a step)
+    lr: float = 8e-4  # LoRA parameters
+    head_lr: float = 2e-3  # readout heads (fully trained)
+    weight_decay: float = 0.01
+    warmup: float = 0.06  # share of steps with a linear warmup; linear decay to 0 afterwards
+    grad_clip: float = 1.0
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.1
+    family_power: float = 0.5  # family-balanced sampling (see BalancedSampler)
+    npair_fraction: float = 0.0  # share of requests trained as N-pair rows (same weights)
+    rps_weight: float = 1.0  # Score loss: cross-entropy + rps_weight * RPS
+    seed: int = 0
+    threads: int = 2
+    checkpoint_every: int = 200
+    keep_checkpoints: int = 2
+    max_minutes: float = 0.0  # > 0: stop (with a checkpoint) after this wall-clock; the schedule stays as planned
+
+    def __post_init__(self) -> None:
+        positive = ("steps", "tokens_per_step", "max_batch_tokens", "lora_r", "lora_alpha", "threads", "checkpoint_every", "keep_checkpoints")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"FitConfig.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("lr", "head_lr", "grad_clip"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"FitConfig.{name} must be > 0, got {getattr(self, name)}")
+        for name in ("warmup", "lora_dropout", "family_power", "npair_fraction"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"FitConfig.{name} must lie in [0, 1], got {getattr(self, name)}")
+        if self.weight_decay < 0 or self.rps_weight < 0 or self.max_minutes < 0:
+            raise ValueError("weight_decay, rps_weight and max_minutes must be >= 0")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FitConfig:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def fingerprint(self) -> str:
+        """What a checkpoint must agree on to be resumed (run-time knobs excluded)."""
+        keep = {k: v for k, v in asdict(self).items() if k not in ("threads", "checkpoint_every", "keep_checkpoints", "max_minutes")}
+        return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class FitResult:
+    steps_done: int
+    completed: bool  # False when stopped early by max_minutes
+    seconds: float
+    final_loss: float  # mean loss over the last 50 logged steps
+    first_loss: float  # mean loss over the first 50 logged steps
+    trainable_parameters: int
+    total_parameters: int
+    tokens_seen: int
+    labels_seen: int
+    resumed_from: int
+    log_path: str
+    plot_path: str | None
+
+
+def lr_factor(step: int, config: FitConfig) -> float:
+    """Linear warmup over `warmup * steps`, then linear decay to 0 at `steps` (step counts from 1)."""
+    warm = max(1, int(round(config.warmup * config.steps)))
+    if step <= warm:
+        return step / warm
+    return max(0.0, (config.steps - step) / max(1, config.steps - warm))
+
+
+def prepare_model(model: Any, config: FitConfig) -> Any:
+    """Add the LoRA adapter (r, alpha, dropout on query/key/value/dense); heads stay fully trainable."""
+    from controller.artifacts import add_lora
+
+    model = add_lora(model, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout)
+    for p in model.heads.parameters():
+        p.requires_grad_(True)
+    return model
+
+
+def _optimizer(model: Any, config: FitConfig) -> Any:
+    import torch
+
+    lora = [p for n, p in model.named_parameters() if p.requires_grad and not n.startswith("heads.")]
+    heads_w = [model.heads.weight]
+    heads_b = [model.heads.bias]
+    groups = [
+        {"params": lora, "lr": config.lr, "weight_decay": config.weight_decay, "base_lr": config.lr},
+        {"params": heads_w, "lr": config.head_lr, "weight_decay": config.weight_decay, "base_lr": config.head_lr},
+        {"params": heads_b, "lr": config.head_lr, "weight_decay": 0.0, "base_lr": config.head_lr},
+    ]
+    return torch.optim.AdamW(groups, betas=(0.9, 0.999), eps=1e-8)
+
+
+def trainable_state(model: Any) -> dict[str, Any]:
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def _checkpoint_dir(run_dir: Path) -> Path:
+    return run_dir / "checkpoints"
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    found = sorted(_checkpoint_dir(Path(run_dir)).glob("step-*.pt"))
+    return found[-1] if found else None
+
+
+def _save_checkpoint(run_dir: Path, step: int, model: Any, optimizer: Any, config: FitConfig, stats: dict[str, int]) -> Path:
+    import torch
+
+    folder = _checkpoint_dir(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"step-{step:07d}.pt"
+    tmp = path.with_suffix(".tmp")
+    torch.save({"step": step, "fingerprint": config.fingerprint(), "trainable": trainable_state(model), "optimizer": optimizer.state_dict(), "stats": stats}, tmp)
+    tmp.replace(path)
+    for old in sorted(folder.glob("step-*.pt"))[: -config.keep_checkpoints]:
+        old.unlink()
+    return path
+
+
+def _load_checkpoint(path: Path, model: Any, optimizer: Any, config: FitConfig) -> tuple[int, dict[str, int]]:
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises several types for a torn or foreign file
+        raise CheckpointError(f"cannot read checkpoint {path}: {error}") from error
+    if state.get("fingerprint") != config.fingerprint():
+        raise CheckpointError(f"{path} was written with another training configuration; start a new run directory")
+    params = dict(model.named_parameters())
+    missing = sorted(set(state["trainable"]) ^ {n for n, p in params.items() if p.requires_grad})
+    if missing:
+        raise CheckpointError(f"{path} does not match the model's trainable parameters: {missing[:4]}")
+    import torch as _t
+
+    with _t.no_grad():
+        for name, value in state["trainable"].items():
+            params[name].copy_(value)
+    optimizer.load_state_dict(state["optimizer"])
+    return int(state["step"]), dict(state.get("stats", {}))
+
+
+def _step_seed(seed: int, step: int) -> int:
+    return int.from_bytes(hashlib.blake2b(f"dropout:{seed}:{step}".encode(), digest_size=7).digest(), "little")
+
+
+def _encodings(seed: int, step: int, n: int, fraction: float) -> list[str]:
+    if not fraction:
+        return ["packed"] * n
+    draws = np.random.default_rng([seed, step, 7]).random(n)
+    return ["npair" if d < fraction else "packed" for d in draws]
+
+
+def fit(
+    model: Any,
+    requests: Sequence[LabeledRequest],
+    config: FitConfig,
+    run_dir: str | Path,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+) -> tuple[Any, FitResult]:
+    """Train `model` (a `PackedCrossEncoder`, LoRA added here) on `requests`; returns (model, result)."""
+    import torch
+
+    from controller.torch_model import to_tensors
+    from training.losses import DecisionLoss
+
+    torch.set_num_threads(config.threads)
+    run = Path(run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "fit_config.json").write_text(json.dumps(config.to_json(), indent=2) + "\n", encoding="utf-8")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        model = prepare_model(model, config)
+    loss_fn = DecisionLoss(model, rps_weight=config.rps_weight)
+    optimizer = _optimizer(model, config)
+    sampler = BalancedSampler(requests, tokens_per_step=config.tokens_per_step, power=config.family_power, seed=config.seed)
+    log_path = run / "train_log.jsonl"
+    start_step, stats = 0, {"tokens": 0, "labels": 0}
+    if resume:
+        ckpt = latest_checkpoint(run)
+        if ckpt is None:
+            raise CheckpointError(f"--resume: no checkpoint under {_checkpoint_dir(run)}")
+        start_step, stats = _load_checkpoint(ckpt, model, optimizer, config)
+        _truncate_log(log_path, start_step)
+        log.info("resumed from %s (step %d)", ckpt, start_step)
+    elif log_path.exists():
+        log_path.unlink()
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())
+    params = [p for p in model.parameters() if p.requires_grad]
+    began = time.perf_counter()
+    step = start_step
+    completed = True
+    bar = _progress(range(start_step + 1, config.steps + 1), progress, start_step, config.steps)
+    model.train()
+    with log_path.open("a", encoding="utf-8") as log_file:
+        for step in bar:
+            t0 = time.perf_counter()
+            chosen = [requests[i] for i in sampler.indices(step)]
+            batch = collate(chosen, encodings=_encodings(config.seed, step, len(chosen), config.npair_fraction), max_batch_tokens=config.max_batch_tokens)
+            labels = label_tensors(batch)
+            factor = lr_factor(step, config)
+            for group in optimizer.param_groups:
+                group["lr"] = group["base_lr"] * factor
+            torch.manual_seed(_step_seed(config.seed, step))
+            outputs = [model(**to_tensors(b.arrays())).reshape(-1) for b in batch.batches]
+            value = loss_fn(torch.cat(outputs), labels)  # type: ignore[arg-type]
+            optimizer.zero_grad(set_to_none=True)
+            value.total.backward()
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.grad_clip))
+            optimizer.step()
+            stats["tokens"] += batch.tokens
+            stats["labels"] += batch.labels
+            entry = {"step": step, "loss": round(float(value.total), 6), **{k: round(v, 6) for k, v in value.parts.items()},
+                     "lr": config.lr * factor, "grad_norm": round(grad_norm, 4), "tokens": batch.tokens, "labels": batch.labels,
+                     "seconds": round(time.perf_counter() - t0, 3)}
+            log_file.write(json.dumps(entry) + "\n")
+            if hasattr(bar, "set_postfix"):
+                bar.set_postfix(loss=f"{entry['loss']:.3f}", lr=f"{entry['lr']:.1e}")
+            if step % config.checkpoint_every == 0 or step == config.steps:
+                log_file.flush()
+                _save_checkpoint(run, step, model, optimizer, config, stats)
+            if config.max_minutes and time.perf_counter() - began > 60 * config.max_minutes and step < config.steps:
+                log_file.flush()
+                _save_checkpoint(run, step, model, optimizer, config, stats)
+                log.warning("stopped at step %d of %d: max_minutes=%s reached", step, config.steps, config.max_minutes)
+                completed = False
+                break
+    model.eval()
+    entries = read_log(log_path)
+    losses = [e["loss"] for e in entries]
+    plot = plot_log(entries, run / "loss.png")
+    result = FitResult(
+        steps_done=step, completed=completed, seconds=round(time.perf_counter() - began, 2),
+        final_loss=float(np.mean(losses[-50:])) if losses else math.nan, first_loss=float(np.mean(losses[:50])) if losses else math.nan,
+        trainable_parameters=int(trainable), total_parameters=int(total), tokens_seen=int(stats["tokens"]), labels_seen=int(stats["labels"]),
+        resumed_from=start_step, log_path=str(log_path), plot_path=plot,
+    )
+    (run / "fit_result.json").write_text(json.dumps(asdict(result), indent=2) + "\n", encoding="utf-8")
+    return model, result
+
+
+def _progress(steps: range, enabled: bool, done: int, total: int) -> Any:
+    if not enabled:
+        return steps
+    from tqdm.auto import tqdm
+
+    return tqdm(steps, initial=done, total=total, desc="fit", unit="step", dynamic_ncols=True)
+
+
+def read_log(path: str | Path) -> list[dict[str, Any]]:
+    p = Path(path)
+    if not p.exists():
+        return []
+    return [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _truncate_log(path: Path, step: int) -> None:
+    if path.exists():
+        kept = [e for e in read_log(path) if e["step"] <= step]
+        path.write_text("".join(json.dumps(e) + "\n" for e in kept), encoding="utf-8")
+
+
+def plot_log(entries: Sequence[dict[str, Any]], path: str | Path) -> str | None:
+    """Loss curves (raw and smoothed, total and per kind) and the learning rate as one PNG."""
+    if not entries:
+        return None
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log.warning("matplotlib is not installed: no loss plot (pip install 'jevmem-local[eval]')")
+        return None
+    steps = np.array([e["step"] for e in entries])
+    fig, (ax, ax_lr) = plt.subplots(1, 2, figsize=(11, 4))
+    for key in ("loss", "noul", "choice", "score"):
+        pts = [(e["step"], e[key]) for e in entries if key in e]
+        if not pts:
+            continue
+        x, y = np.array(pts).T
+        ax.plot(x, _ema(y), label=f"{key} (EMA)", linewidth=1.5 if key == "loss" else 1.0)
+        if key == "loss":
+            ax.plot(x, y, alpha=0.2, color="grey", linewidth=0.5)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    ax_lr.plot(steps, [e["lr"] for e in entries])
+    ax_lr.set_xlabel("step")
+    ax_lr.set_ylabel("LoRA learning rate")
+    ax_lr.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(str(path), dpi=90)
+    plt.close(fig)
+    return str(path)
+
+
+def _ema(values: np.ndarray, alpha: float = 0.05) -> np.ndarray:
+    out = np.empty_like(values, dtype=np.float64)
+    acc = float(values[0])
+    for i, v in enumerate(values):
+        acc = alpha * float(v) + (1 - alpha) * acc if i else acc
+        out[i] = acc
+    return out
