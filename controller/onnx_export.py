@@ -136,11 +136,17 @@ def _export_torch(model: PackedCrossEncoder, path: Path, example: PackedBatch) -
         )
 
 
-def build_fused_graph(model: PackedCrossEncoder) -> onnx.ModelProto:
-    """The packed forward as an ONNX graph on onnxruntime's fused transformer kernels."""
+def build_fused_graph(model: PackedCrossEncoder, *, int8: bool = False) -> onnx.ModelProto:
+    """The packed forward as an ONNX graph on onnxruntime's fused transformer kernels.
+
+    `int8` quantises every encoder projection: weights symmetric per output channel, activations symmetric
+    per token (each row of the input gets its own scale at run time). Integer products are exact and no
+    scale is shared between tokens, so the graph keeps the packing / batching invariance of fp32; attention,
+    layer norms and heads stay fp32.
+    """
     from onnx import TensorProto, helper
 
-    g = _GraphBuilder({k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()})
+    g = _GraphBuilder({k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}, int8=int8)
     cfg = model.config
     n_heads, eps, n_layers = int(cfg.num_attention_heads), float(cfg.layer_norm_eps), int(cfg.num_hidden_layers)
     low = float(np.finfo(np.float32).min)
@@ -166,7 +172,12 @@ def build_fused_graph(model: PackedCrossEncoder) -> onnx.ModelProto:
         p = f"bert.encoder.layer.{i}."
         qkv_w = np.concatenate([g.sd[p + f"attention.self.{n}.weight"].T for n in ("query", "key", "value")], axis=1)
         qkv_b = np.concatenate([g.sd[p + f"attention.self.{n}.bias"] for n in ("query", "key", "value")])
-        if i < n_layers - 1:
+        if i < n_layers - 1 and int8:  # the Attention op hides its projection: project here, then attend
+            size = qkv_w.shape[0]
+            q, k, v = g.op("Split", g.linear(hidden, p + "qkv_w", qkv_w), g.const("split3", np.array([size] * 3, np.int64)), axis=2, outputs=3)
+            ctx = g.op("MultiHeadAttention", q, k, v, g.const(p + "qkv_b", qkv_b), "", full_bias, domain="com.microsoft", num_heads=n_heads)
+            query_in = hidden
+        elif i < n_layers - 1:
             ctx = g.op("Attention", hidden, g.const(p + "qkv_w", qkv_w), g.const(p + "qkv_b", qkv_b), "", "", full_bias, domain="com.microsoft", num_heads=n_heads)
             query_in = hidden
         else:  # last layer: queries (and everything after attention) only at the markers
@@ -175,18 +186,18 @@ def build_fused_graph(model: PackedCrossEncoder) -> onnx.ModelProto:
             q_m = g.op("GatherElements", "question_ids", "marker_positions", axis=1)
             o_m = g.op("GatherElements", "option_ids", "marker_positions", axis=1)
             size = qkv_w.shape[0]
-            q = g.op("MatMul", query_in, g.const(p + "q_w", qkv_w[:, :size]))
-            kv = g.op("MatMul", hidden, g.const(p + "kv_w", qkv_w[:, size:]))
+            q = g.linear(query_in, p + "q_w", qkv_w[:, :size])
+            kv = g.linear(hidden, p + "kv_w", qkv_w[:, size:])
             k, v = g.op("Split", kv, g.const("split2", np.array([size, size], np.int64)), axis=2, outputs=2)
             ctx = g.op("MultiHeadAttention", q, k, v, g.const(p + "qkv_b", qkv_b), "", bias_for(q_m, o_m), domain="com.microsoft", num_heads=n_heads)
-        attn_out = g.op("MatMul", ctx, g.wt(p + "attention.output.dense.weight"))
+        attn_out = g.linear(ctx, p + "o_w", g.sd[p + "attention.output.dense.weight"].T)
         h1 = g.op(
             "SkipLayerNormalization", attn_out, query_in, g.w(p + "attention.output.LayerNorm.weight"), g.w(p + "attention.output.LayerNorm.bias"),
             g.w(p + "attention.output.dense.bias"), domain="com.microsoft", epsilon=eps,
         )
-        inner = g.op("BiasGelu", g.op("MatMul", h1, g.wt(p + "intermediate.dense.weight")), g.w(p + "intermediate.dense.bias"), domain="com.microsoft")
+        inner = g.op("BiasGelu", g.linear(h1, p + "ffn1_w", g.sd[p + "intermediate.dense.weight"].T), g.w(p + "intermediate.dense.bias"), domain="com.microsoft")
         hidden = g.op(
-            "SkipLayerNormalization", g.op("MatMul", inner, g.wt(p + "output.dense.weight")), h1, g.w(p + "output.LayerNorm.weight"),
+            "SkipLayerNormalization", g.linear(inner, p + "ffn2_w", g.sd[p + "output.dense.weight"].T), h1, g.w(p + "output.LayerNorm.weight"),
             g.w(p + "output.LayerNorm.bias"), g.w(p + "output.dense.bias"), domain="com.microsoft", epsilon=eps,
         )
     scores = g.op("Add", g.op("MatMul", hidden, g.wt("heads.weight")), g.w("heads.bias"))  # (B, M, 3)
@@ -204,8 +215,9 @@ def build_fused_graph(model: PackedCrossEncoder) -> onnx.ModelProto:
 class _GraphBuilder:
     """Tiny helper: named initializers from a state dict and auto-named nodes."""
 
-    def __init__(self, state_dict: dict[str, np.ndarray]) -> None:
+    def __init__(self, state_dict: dict[str, np.ndarray], *, int8: bool = False) -> None:
         self.sd = state_dict
+        self.int8 = int8
         self.nodes: list[Any] = []
         self.initializers: list[Any] = []
         self._names: set[str] = set()
@@ -225,6 +237,20 @@ class _GraphBuilder:
     def wt(self, key: str) -> str:
         """A Linear weight transposed to (in, out) for MatMul."""
         return self.const(key + ".T", self.sd[key].T)
+
+    def linear(self, x: str, name: str, weight: np.ndarray) -> str:
+        """x @ weight (weight is (in, out)); int8: per-token activation scales, per-channel weight scales."""
+        if not self.int8:
+            return self.op("MatMul", x, self.const(name, weight))
+        w_scale = np.maximum(np.abs(weight).max(axis=0), 1e-12) / 127.0  # (out,)
+        w_q = np.clip(np.round(weight / w_scale), -127, 127).astype(np.int8)
+        absmax = self.op("ReduceMax", self.op("Abs", x), self.const("last_axis", np.array([-1], np.int64)), keepdims=1)
+        scale = self.op("Div", self.op("Max", absmax, self.const("tiny_f", np.array(1e-12, np.float32))), self.const("q127", np.array(127.0, np.float32)))
+        shifted = self.op("Add", self.op("Round", self.op("Div", x, scale)), self.const("q128", np.array(128.0, np.float32)))
+        x_q = self.op("Cast", shifted, to=2)  # uint8, values 1..255 around zero point 128
+        acc = self.op("MatMulInteger", x_q, self.const(name + ".q", w_q), self.const("zp128", np.array(128, np.uint8)))
+        rows = self.op("Mul", self.op("Cast", acc, to=1), scale)  # float32 (B, L, out) * (B, L, 1)
+        return self.op("Mul", rows, self.const(name + ".scale", w_scale.astype(np.float32)))
 
     def op(self, op_type: str, *inputs: str, out: str | None = None, outputs: int = 1, domain: str = "", **attrs: Any) -> Any:
         from onnx import helper

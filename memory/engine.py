@@ -29,7 +29,7 @@ from controller.client import SystemOneClient
 from controller.embedding import Embedder, create_embedder
 from controller.errors import BackendError
 from memory import lifecycle
-from memory.candidates import discover_candidates
+from memory.candidates import CandidateSet, discover_candidates
 from memory.config import EngineConfig, preset
 from memory.consolidation import ConsolidationReport, consolidate
 from memory.control import Controller
@@ -70,6 +70,7 @@ class Engine:
         self.system_two = system_two
         self.controller = Controller(client)
         self.last_consolidation: ConsolidationReport | None = None
+        self.last_candidates: CandidateSet | None = None  # of the latest write: per-channel hits for recall studies
         self._lock = threading.RLock()
         self._seq: int | None = None
         self._writes = 0
@@ -98,7 +99,11 @@ class Engine:
         emb = create_embedder(embedder) if isinstance(embedder, str) else embedder
         cfg = preset(config) if isinstance(config, str) else (config or EngineConfig())
         client = SystemOneClient(controller, **controller_options)
-        store = open_store(path, dim=emb.dim, embedder=emb.name)
+        try:
+            store = open_store(path, dim=emb.dim, embedder=emb.name)
+        except BaseException:
+            client.close()
+            raise
         s2 = SystemTwo.from_settings() if system_two == "env" else system_two
         engine = cls(store, client, emb, cfg, s2)  # type: ignore[arg-type]
         engine._owned = [store, client, *([s2] if s2 is not None and system_two == "env" else [])]
@@ -141,6 +146,7 @@ class Engine:
             lap("typing")
             cands = discover_candidates(self.store, content=node.content, embedding=embedding, entities=node.entities,
                                         seq=node.seq, config=self.config, speaker=node.speaker)
+            self.last_candidates = cands
             chain = temporal_chain(self.store, node, self.config)
             structural = [*chain.add, *entity_edges(self.store, node, self.config), *temporal_edges(node, cands.nodes)]
             lap("candidates")

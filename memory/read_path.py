@@ -7,8 +7,9 @@
     expand  from judged nodes with relevant or bridge >= tau_frontier, per active view, within its budget
     rank    seed_weight * structure + relevance_weight * (p_relevant - 0.5)  [+ recency terms]
 
-With an uninformative controller (every probability 0.5) the top n_seeds are exactly the RRF order: an
-expanded node's structure is at most expand_decay x its parent's, and the relevance term vanishes.
+With an uninformative controller (every probability 0.5) the relevance term vanishes and the ranking is the
+hybrid RRF order, except that an expanded node may enter below its parent (its structure is
+expand_decay x the parent's x the edge weight).
 If the controller fails, the query still returns the ranking built so far, with stopped_reason
 "controller_unavailable" and the error in the trace (never a silent substitute assessor).
 """

@@ -64,8 +64,10 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's schema plus the System One request model (its body is read by hand: JSON, zstd, multipart)."""
+    """FastAPI's schema plus the System One request model (its body is read by hand: JSON, zstd, multipart).
+    Once the backend is loaded, `model` lists the names this server accepts."""
     if app.openapi_schema is None:
+        from controller.models import listed_models
         from serving.wire import SystemOneRequest
 
         schema = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
@@ -74,5 +76,9 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         for name, definition in request_schema.pop("$defs", {}).items():
             components.setdefault(name, definition)
         components["SystemOneRequest"] = request_schema
+        backend = app.state.runtime.backend
+        if backend is None:
+            return schema  # not cached: the model names are known after start-up
+        request_schema["properties"]["model"]["enum"] = [m.name for m in listed_models(backend.info)]
         app.openapi_schema = schema
     return app.openapi_schema

@@ -53,7 +53,9 @@ def _iso_text(value: Any) -> Any:
     return value
 
 
-JSONInt = Annotated[int, BeforeValidator(_json_int)]
+# "Some character that str.strip() keeps": spelled out, because \\s differs between Python, Rust and ECMA regex.
+NOT_BLANK = r"[^\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+Content = Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS, pattern=NOT_BLANK)]
 Timestamp = Annotated[datetime | None, BeforeValidator(_iso_text), AfterValidator(_naive_utc)]
 UTCTimestamp = Annotated[datetime | None, AfterValidator(_as_utc)]
 NodeId = Annotated[str, Field(min_length=1, max_length=200)]
@@ -67,7 +69,7 @@ class _In(BaseModel):
 class ObservationIn(_In):
     """One thing to remember. `entities`: omit to extract them, `[]` for none."""
 
-    content: Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS)]
+    content: Content
     observed_at: Timestamp = None
     event_time: Timestamp = None
     speaker: ShortText | None = None
@@ -92,14 +94,14 @@ class BatchWriteIn(_In):
 
 
 class QueryIn(_In):
-    text: Annotated[str, Field(min_length=1, max_length=10_000)]
-    k: JSONInt = Field(default=10, ge=1, le=100)
-    budget: JSONInt | None = Field(default=None, ge=0, le=10_000, description="Expansion budget; default from the engine config.")
+    text: Annotated[str, Field(min_length=1, max_length=10_000, pattern=NOT_BLANK)]
+    k: Annotated[int, Field(ge=1, le=100), BeforeValidator(_json_int)] = 10
+    budget: Annotated[int, Field(ge=0, le=10_000), BeforeValidator(_json_int)] | None = Field(default=None, description="Expansion budget; default from the engine config.")
     answer: StrictBool = Field(default=False, description="Also synthesise an answer (System Two when configured, else extractive).")
 
 
 class EditIn(_In):
-    content: Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS)]
+    content: Content
 
 
 class LinkIn(_In):

@@ -24,7 +24,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--locomo", help="LoCoMo JSON file (not bundled; omit to build synthetic data only)")
     p.add_argument("--audit", help="LoCoMo audit file with corrected evidence (optional)")
     p.add_argument("--out", required=True, help="output directory for the split files and summary.json")
-    p.add_argument("--synthetic-per-family", type=int, default=1500, help="labelled states per family from the generators")
+    p.add_argument("--synthetic-per-family", type=int, default=1500, help="synthetic states per family (the pair family's four generators make 2.25x this)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dense", choices=DENSE_CHOICES, default="minilm", help="embedder for dense hard negatives")
     p.add_argument("--calibration-conversations", default="conv-44",

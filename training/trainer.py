@@ -249,7 +249,7 @@ def fit(
             optimizer.step()
             stats["tokens"] += batch.tokens
             stats["labels"] += batch.labels
-            entry = {"step": step, "loss": round(float(value.total), 6), **{k: round(v, 6) for k, v in value.parts.items()},
+            entry = {"step": step, "loss": round(float(value.total.detach()), 6), **{k: round(v, 6) for k, v in value.parts.items()},
                      "lr": config.lr * factor, "grad_norm": round(grad_norm, 4), "tokens": batch.tokens, "labels": batch.labels,
                      "seconds": round(time.perf_counter() - t0, 3)}
             log_file.write(json.dumps(entry) + "\n")

@@ -32,7 +32,7 @@ DENSE_CHOICES = ("minilm", "hashing", "none")
 class BuildConfig:
     locomo: str | None = None  # path of a LoCoMo JSON file (never bundled)
     audit: str | None = None  # path of the audit corrections, optional
-    synthetic_per_family: int = 1500  # labelled states per family from the generators
+    synthetic_per_family: int = 1500  # states per generator of share 1 (pair: four generators, 2.25x in all)
     seed: int = 0
     dense: str = "minilm"  # embedder for dense hard negatives: minilm | hashing | none
     max_state_chars: int = 1800  # compact-JSON characters; longer states are dropped and counted

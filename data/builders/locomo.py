@@ -165,13 +165,23 @@ def attach_dense(indexes: Sequence[ConversationIndex], embedder: Any) -> None:
     for ix in indexes:
         texts.extend(f"[{date_text(t.date)}] {t.speaker}: {t.text}" for t in ix.turns)
         texts.extend(q.question for q in ix.conv.questions)
-    vectors = embedder.embed(texts)
+    # Length-sorted batches pad far less (the embedder pads each batch to its longest text).
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    sorted_vectors = embedder.embed([texts[i] for i in order])
+    vectors = sorted_vectors[_inverse(order)]
     at = 0
     for ix in indexes:
         n, m = len(ix.turns), len(ix.conv.questions)
         ix.turn_vectors = vectors[at : at + n]
         ix.query_vectors = {q.qid: vectors[at + n + i] for i, q in enumerate(ix.conv.questions)}
         at += n + m
+
+
+def _inverse(order: list[int]) -> list[int]:
+    inverse = [0] * len(order)
+    for position, original in enumerate(order):
+        inverse[original] = position
+    return inverse
 
 
 def build_locomo(

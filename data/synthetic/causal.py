@@ -64,7 +64,7 @@ def _slots(rng: random.Random) -> dict[str, str]:
     return {"city": rng.choice(b.CITIES), "company": rng.choice(b.COMPANIES), "pet": rng.choice(b.PETS), "event": rng.choice(b.EVENTS)}
 
 
-@register("causal", "pair")
+@register("causal", "pair", share=0.5)
 def causal_examples(rng: random.Random, emit: Emitter, n: int) -> None:
     for _ in range(n):
         p, q = b.people(rng, 2)

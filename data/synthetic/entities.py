@@ -100,7 +100,7 @@ MAKERS = ((_nickname, 1), (_title, 1), (_description, 1), (_place, 1),
           (_same_first, 0), (_same_surname, 0), (_same_job, 0), (_nick_trap, 0), (_place_trap, 0))
 
 
-@register("entities", "pair")
+@register("entities", "pair", share=0.5)
 def entity_examples(rng: random.Random, emit: Emitter, n: int) -> None:
     for _ in range(n):
         make, label = rng.choices(MAKERS, weights=(2, 2, 2, 2, 2, 2, 2, 1, 1))[0]

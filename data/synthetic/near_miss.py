@@ -116,7 +116,7 @@ MAKERS: tuple[tuple[Callable[[random.Random, b.Person, b.Person], Case], int], .
 )
 
 
-@register("near_miss", "pair", share=1.5)
+@register("near_miss", "pair", share=0.5)
 def near_miss_examples(rng: random.Random, emit: Emitter, n: int) -> None:
     makers, weights = zip(*MAKERS)
     for _ in range(n):

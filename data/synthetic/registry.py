@@ -28,7 +28,7 @@ class Generator:
     name: str
     family: str  # the family whose budget it draws from (it may emit related families too)
     fn: GeneratorFn
-    share: float = 1.0  # relative share of its family's budget
+    share: float = 1.0  # states made = share x SyntheticConfig.per_family
 
 
 GENERATORS: dict[str, Generator] = {}
@@ -38,6 +38,8 @@ def register(name: str, family: str, *, share: float = 1.0) -> Callable[[Generat
     """Decorator: register a generator under a unique name."""
 
     def wrap(fn: GeneratorFn) -> GeneratorFn:
+        if share <= 0:
+            raise DataError(f"generator {name!r} needs a positive share, got {share}")
         if name in GENERATORS:
             raise DataError(f"a synthetic generator named {name!r} is already registered")
         GENERATORS[name] = Generator(name, family, fn, share)
@@ -48,7 +50,7 @@ def register(name: str, family: str, *, share: float = 1.0) -> Callable[[Generat
 
 @dataclass(frozen=True)
 class SyntheticConfig:
-    per_family: int = 1500  # labelled states per family, shared among its generators by `share`
+    per_family: int = 1500  # labelled states of a generator with share 1.0 (one per family, except pair)
     seed: int = 0
     style: QuestionStyle = field(default_factory=QuestionStyle)
 
@@ -58,13 +60,8 @@ class SyntheticConfig:
 
 
 def budget(config: SyntheticConfig, names: Sequence[str]) -> dict[str, int]:
-    """States per generator: the family budget split by share (rounded up)."""
-    chosen = [GENERATORS[n] for n in names]
-    out = {}
-    for gen in chosen:
-        total = sum(g.share for g in chosen if g.family == gen.family)
-        out[gen.name] = math.ceil(config.per_family * gen.share / total)
-    return out
+    """States per generator: share x per_family, rounded up."""
+    return {name: math.ceil(config.per_family * GENERATORS[name].share) for name in names}
 
 
 def generate(config: SyntheticConfig, plan: SplitPlan, names: Sequence[str] | None = None) -> list[DecisionExample]:

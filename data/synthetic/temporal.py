@@ -151,7 +151,7 @@ def _unknown(rng: random.Random, p: b.Person) -> tuple[str, str, None, None]:
 MAKERS = (_relative, _stay, _months, _calendar, _unknown)
 
 
-@register("temporal", "pair", share=3.0)
+@register("temporal", "pair", share=0.75)
 def temporal_examples(rng: random.Random, emit: Emitter, n: int) -> None:
     for _ in range(n):
         p = b.person(rng)

@@ -211,6 +211,7 @@ def run_engine_system(
         step = progress(f"{name} {conv.sample_id}", len(conv.turns) + len(questions)) if progress else None
         run = run_conversation(conv, questions, factory, query_k=config.query_k, write_quality=config.write_quality, on_step=step)
         runs.append(run)
+        log.info("%s %s: %d writes in %.1f s, %d queries", name, conv.sample_id, len(run.write_ms), run.build_s, len(questions))
         for q in questions:
             result.scores.append(_score(conv, q, run.items[q.qid], config, True))
     categories = {(s.conversation, s.qid): s.category for s in result.scores}

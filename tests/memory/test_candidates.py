@@ -81,3 +81,14 @@ def test_empty_store_gives_an_empty_set() -> None:
     cs = discover_candidates(InMemoryStore(64), content="x", embedding=EMB.embed(["x"])[0], entities=(), seq=0,
                              config=EngineConfig())
     assert cs.ids == () and cs.pool == ()
+
+
+def test_the_engine_exposes_the_candidates_of_its_latest_write() -> None:
+    from tests.memory.engine_fakes import make_engine, obs
+
+    engine = make_engine(consolidation_every=0)
+    first = engine.write(obs("Mira: tomatoes in the garden", 0)).node_id
+    engine.write(obs("Mira: the garden tomatoes are ripe", 1))
+    cands = engine.last_candidates
+    assert cands is not None and cands.ids == (first,)
+    assert cands.found_by(first)["lexical"] and cands.found_by(first)["temporal"]

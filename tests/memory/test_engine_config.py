@@ -13,7 +13,7 @@ from memory.errors import ConfigError
 def test_defaults_match_the_design() -> None:
     cfg = EngineConfig()
     assert (cfg.candidates_k, cfg.consolidation_every, cfg.tau_route, cfg.expansion_budget) == (8, 20, 0.5, 40)
-    assert (cfg.min_view_budget, cfg.gamma, cfg.max_depth, cfg.n_seeds, cfg.dense_weight) == (4, 2.0, 3, 10, 0.5)
+    assert (cfg.min_view_budget, cfg.gamma, cfg.max_depth, cfg.dense_weight) == (4, 2.0, 3, 0.5)
     assert cfg.admission_enabled is False
     assert cfg.tau("entity_equivalence") == 0.7 and cfg.tau("semantic") == 0.6
 

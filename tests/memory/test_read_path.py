@@ -103,7 +103,7 @@ def test_stops_when_another_round_is_not_useful() -> None:
     assert engine.query("painting", k=2).stopped_reason == "not_useful"
 
 
-def test_uninformative_controller_keeps_the_hybrid_rrf_order() -> None:
+def test_uninformative_controller_keeps_the_hybrid_rrf_order_at_the_top() -> None:
     engine = make_engine(constant(0.5), consolidation_every=0, n_seeds=5, seed_pool=8)
     for i, text in enumerate([*FILLER, "Melanie: painting a sunset by the lake", "Melanie: the lake was cold"]):
         engine.write(obs(text, i))

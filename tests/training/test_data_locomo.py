@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from controller.families import FAMILIES
 from data.builders.locomo import LocomoRules, build_locomo
 from data.locomo import load_locomo
 from data.schema import DecisionExample
@@ -188,3 +189,21 @@ def test_states_hold_no_labels_or_observations(locomo: tuple) -> None:
         strings = state_strings(e.state)
         assert not strings & facts
         assert "category" not in json.dumps(e.state)
+        assert tuple(e.state) == FAMILIES[e.family].state_fields
+
+
+def test_dense_vectors_stay_aligned_after_length_sorting(tmp_path: Path) -> None:
+    from controller.embedding import HashingEmbedder
+    from data.builders.locomo import attach_dense, index_conversation
+
+    path, audit = write_locomo_fixture(tmp_path)
+    conv = load_locomo(path, audit=audit)[0]
+    ix = index_conversation(conv, LocomoRules())
+    embedder = HashingEmbedder(dim=64)
+    attach_dense([ix], embedder)
+    turn = conv.turns[5]
+    direct = embedder.embed([f"[5 May 2023] {turn.speaker}: {turn.text}"])[0]
+    assert (ix.turn_vectors[5] == direct).all()
+    q = conv.questions[2]
+    assert (ix.query_vectors[q.qid] == embedder.embed([q.question])[0]).all()
+    assert ix.dense_rank(q.qid)[:1] and len(set(ix.dense_rank(q.qid))) == len(ix.dense_rank(q.qid))
