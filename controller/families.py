@@ -11,7 +11,9 @@ memorising them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 TEMPORAL_RELATIONS: tuple[str, ...] = ("before", "after", "during", "contains", "overlaps", "same_time", "unknown")
@@ -265,3 +267,26 @@ _INDEX: dict[str, tuple[str, str]] = {
     q["instructions"]: (f.name, name) for f in FAMILIES.values() for name, q in f.questions.items()
 }
 _INDEX.update({text: key for key, texts in PARAPHRASES.items() for text in texts})
+
+
+# How a stored memory appears inside a controller state (pair / consolidation memories, relevance memory,
+# stopping evidence items): its text, prefixed by its date when known — `[8 May 2023] Caroline: ...`.
+# Training data and the engine both build states through these two functions, so they cannot drift apart.
+_DATE_PREFIX = re.compile(r"^\[(\d{1,2}) ([A-Z][a-z]+) (\d{4})\] ")
+
+
+def memory_text(content: str, when: datetime | None = None) -> str:
+    """`[8 May 2023] content` when the date is known, else `content`."""
+    return f"[{when.day} {when:%B} {when.year}] {content}" if when is not None else content
+
+
+def split_memory_text(text: str) -> tuple[datetime | None, str]:
+    """Inverse of `memory_text`: (date or None, content)."""
+    m = _DATE_PREFIX.match(text)
+    if m is None:
+        return None, text
+    try:
+        when = datetime.strptime(f"{m.group(1)} {m.group(2)} {m.group(3)}", "%d %B %Y")
+    except ValueError:
+        return None, text
+    return when, text[m.end() :]

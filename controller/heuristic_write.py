@@ -32,6 +32,7 @@ from functools import lru_cache
 from datetime import datetime
 
 from controller import heuristic_text as ht
+from controller.families import split_memory_text
 
 Similarity = Callable[[str, str], float]  # rescaled embedding cosine in [0, 1]
 
@@ -133,6 +134,9 @@ def read_memory(value: object) -> Memory:
     speaker: str | None = None
     stamp: str | int | float | None = None
     given: tuple[str, ...] = ()
+    if isinstance(value, str):
+        when, text = split_memory_text(text)  # `[8 May 2023] Speaker: text`, the engine's form
+        stamp = when.isoformat() if when is not None else None
     if isinstance(value, Mapping):
         raw_speaker = value.get("speaker")
         speaker = raw_speaker.strip().lower() if isinstance(raw_speaker, str) and raw_speaker.strip() else None

@@ -136,17 +136,11 @@ def _export_torch(model: PackedCrossEncoder, path: Path, example: PackedBatch) -
         )
 
 
-def build_fused_graph(model: PackedCrossEncoder, *, int8: bool = False) -> onnx.ModelProto:
-    """The packed forward as an ONNX graph on onnxruntime's fused transformer kernels.
-
-    `int8` quantises every encoder projection: weights symmetric per output channel, activations symmetric
-    per token (each row of the input gets its own scale at run time). Integer products are exact and no
-    scale is shared between tokens, so the graph keeps the packing / batching invariance of fp32; attention,
-    layer norms and heads stay fp32.
-    """
+def build_fused_graph(model: PackedCrossEncoder) -> onnx.ModelProto:
+    """The packed forward as an ONNX graph on onnxruntime's fused transformer kernels."""
     from onnx import TensorProto, helper
 
-    g = _GraphBuilder({k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}, int8=int8)
+    g = _GraphBuilder({k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()})
     cfg = model.config
     n_heads, eps, n_layers = int(cfg.num_attention_heads), float(cfg.layer_norm_eps), int(cfg.num_hidden_layers)
     low = float(np.finfo(np.float32).min)
@@ -172,16 +166,15 @@ def build_fused_graph(model: PackedCrossEncoder, *, int8: bool = False) -> onnx.
         p = f"bert.encoder.layer.{i}."
         qkv_w = np.concatenate([g.sd[p + f"attention.self.{n}.weight"].T for n in ("query", "key", "value")], axis=1)
         qkv_b = np.concatenate([g.sd[p + f"attention.self.{n}.bias"] for n in ("query", "key", "value")])
-        if i < n_layers - 1 and int8:  # the Attention op hides its projection: project here, then attend
-            size = qkv_w.shape[0]
-            q, k, v = g.op("Split", g.linear(hidden, p + "qkv_w", qkv_w), g.const("split3", np.array([size] * 3, np.int64)), axis=2, outputs=3)
-            ctx = g.op("MultiHeadAttention", q, k, v, g.const(p + "qkv_b", qkv_b), "", full_bias, domain="com.microsoft", num_heads=n_heads)
-            query_in = hidden
-        elif i < n_layers - 1:
-            ctx = g.op("Attention", hidden, g.const(p + "qkv_w", qkv_w), g.const(p + "qkv_b", qkv_b), "", "", full_bias, domain="com.microsoft", num_heads=n_heads)
+        if i < n_layers - 1:
+            # inputs: x, packed QKV weight / bias, no mask_index, no past, the additive bias (B, 1, L, L)
+            ctx = g.op("Attention", hidden, g.const(p + "qkv_w", qkv_w), g.const(p + "qkv_b", qkv_b), "", "", full_bias,
+                       domain="com.microsoft", num_heads=n_heads)
             query_in = hidden
         else:  # last layer: queries (and everything after attention) only at the markers
-            rows = g.op("Expand", g.op("Unsqueeze", "marker_positions", axis2), g.op("Concat", g.const("ones2", np.array([1, 1], np.int64)), g.op("Slice", g.op("Shape", hidden), g.const("minus1", np.array([-1], np.int64)), g.const("big", np.array([9], np.int64))), axis=0))
+            hidden_size = g.op("Slice", g.op("Shape", hidden), g.const("minus1", np.array([-1], np.int64)), g.const("big", np.array([9], np.int64)))
+            index_shape = g.op("Concat", g.const("ones2", np.array([1, 1], np.int64)), hidden_size, axis=0)  # [1, 1, H]
+            rows = g.op("Expand", g.op("Unsqueeze", "marker_positions", axis2), index_shape)  # (B, M, H)
             query_in = g.op("GatherElements", hidden, rows, axis=1)  # (B, M, H)
             q_m = g.op("GatherElements", "question_ids", "marker_positions", axis=1)
             o_m = g.op("GatherElements", "option_ids", "marker_positions", axis=1)
@@ -215,9 +208,8 @@ def build_fused_graph(model: PackedCrossEncoder, *, int8: bool = False) -> onnx.
 class _GraphBuilder:
     """Tiny helper: named initializers from a state dict and auto-named nodes."""
 
-    def __init__(self, state_dict: dict[str, np.ndarray], *, int8: bool = False) -> None:
+    def __init__(self, state_dict: dict[str, np.ndarray]) -> None:
         self.sd = state_dict
-        self.int8 = int8
         self.nodes: list[Any] = []
         self.initializers: list[Any] = []
         self._names: set[str] = set()
@@ -239,18 +231,8 @@ class _GraphBuilder:
         return self.const(key + ".T", self.sd[key].T)
 
     def linear(self, x: str, name: str, weight: np.ndarray) -> str:
-        """x @ weight (weight is (in, out)); int8: per-token activation scales, per-channel weight scales."""
-        if not self.int8:
-            return self.op("MatMul", x, self.const(name, weight))
-        w_scale = np.maximum(np.abs(weight).max(axis=0), 1e-12) / 127.0  # (out,)
-        w_q = np.clip(np.round(weight / w_scale), -127, 127).astype(np.int8)
-        absmax = self.op("ReduceMax", self.op("Abs", x), self.const("last_axis", np.array([-1], np.int64)), keepdims=1)
-        scale = self.op("Div", self.op("Max", absmax, self.const("tiny_f", np.array(1e-12, np.float32))), self.const("q127", np.array(127.0, np.float32)))
-        shifted = self.op("Add", self.op("Round", self.op("Div", x, scale)), self.const("q128", np.array(128.0, np.float32)))
-        x_q = self.op("Cast", shifted, to=2)  # uint8, values 1..255 around zero point 128
-        acc = self.op("MatMulInteger", x_q, self.const(name + ".q", w_q), self.const("zp128", np.array(128, np.uint8)))
-        rows = self.op("Mul", self.op("Cast", acc, to=1), scale)  # float32 (B, L, out) * (B, L, 1)
-        return self.op("Mul", rows, self.const(name + ".scale", w_scale.astype(np.float32)))
+        """x @ weight, weight laid out (in, out)."""
+        return self.op("MatMul", x, self.const(name, weight))
 
     def op(self, op_type: str, *inputs: str, out: str | None = None, outputs: int = 1, domain: str = "", **attrs: Any) -> Any:
         from onnx import helper

@@ -97,7 +97,7 @@ def ensure_graph(
     sidecar = path.with_suffix(".json")
     with _BUILD_LOCK:
         if path.exists() and sidecar.exists():
-            return GraphInfo(**json.loads(sidecar.read_text(encoding="utf-8")))
+            return GraphInfo(**{**json.loads(sidecar.read_text(encoding="utf-8")), "path": str(path)})
         path.parent.mkdir(parents=True, exist_ok=True)
         inputs = parity_batches(tokenizer)
         if precision == "fp32":

@@ -37,7 +37,7 @@ from controller.questions import ChoiceQuestion, Content, NoulQuestion, Question
 
 TEMPLATE_VERSION = "packed-1"
 MAX_POSITIONS = 512  # BERT position embeddings: state + question + option must fit
-DEFAULT_MAX_REQUEST_TOKENS = 4096  # unique packed tokens of one request (state once + every branch)
+DEFAULT_MAX_REQUEST_TOKENS = 8192  # unique packed tokens of one request (state once + every branch): 255 options of ~30 tokens
 DEFAULT_MAX_SEQUENCE_TOKENS = 1024  # one packed sequence; larger requests are split (see module doc)
 
 Kind = Literal["noul", "choice", "score"]

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from controller.client import SystemOneClient
-from controller.families import family_questions
+from controller.families import family_questions, memory_text
 from memory.errors import ControllerOutputError
 from memory.types import Node
 
@@ -109,15 +109,10 @@ def fits(node: Node, max_chars: int) -> bool:
     return len(node.content) <= max_chars
 
 
-def memory_state(node: Node) -> dict[str, Any]:
-    """A node as the controller sees it: data fields only, never instructions."""
-    return {
-        "id": node.id,
-        "content": node.content,
-        "timestamp": iso(node.event_time or node.observed_at),
-        "speaker": node.speaker,
-        "entities": list(node.entities),
-    }
+def memory_state(node: Node, *, dated: bool = True) -> str:
+    """A node as the controller sees it: its text as data (never instructions), dated when known —
+    `[8 May 2023] Speaker: text`, the form the training data uses (`controller.families.memory_text`)."""
+    return memory_text(node.content, (node.event_time or node.observed_at) if dated else None)
 
 
 def clipped(text: str, max_chars: int) -> str:

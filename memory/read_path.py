@@ -19,12 +19,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from controller.embedding import Embedder
 from controller.errors import BackendError, InvalidRequestError
 from controller.families import STOP_SIGNALS
 from memory.config import EngineConfig
-from memory.control import Controller, clipped, keyed, noul
+from memory.control import Controller, clipped, keyed, memory_state, noul
 from memory.errors import ControllerOutputError
 from memory.routing import VIEW_RELATIONS, Route, ask_route, plan_route
 from memory.store.base import Store
@@ -68,7 +69,10 @@ def rank(candidates: Sequence[Candidate], route: Route, config: EngineConfig) ->
 
 def ask_stop(controller: Controller, query: str, ranked: Sequence[tuple[Candidate, float]], depth: int,
              config: EngineConfig) -> dict[str, float]:
-    evidence = [clipped(c.node.content, config.max_evidence_chars) for c, _ in ranked[: config.stop_evidence_k]]
+    evidence = [
+        memory_state(replace(c.node, content=clipped(c.node.content, config.max_evidence_chars)))
+        for c, _ in ranked[: config.stop_evidence_k]
+    ]
     answers = controller.ask({"query": query, "evidence": evidence, "depth": depth}, keyed("", "stopping", STOP_SIGNALS))
     return {name: noul(answers, name) for name in STOP_SIGNALS}
 

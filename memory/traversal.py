@@ -8,7 +8,7 @@ A `Candidate` is a node met during one query with how it was reached (`via`, `de
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -98,8 +98,8 @@ def judge(controller: Controller, query: str, candidates: Sequence[Candidate], c
         return
     requests = []
     for i, cand in enumerate(candidates):
-        memory = memory_state(cand.node)
-        memory["content"] = clipped(memory["content"], config.max_evidence_chars)
+        # Undated, as in the relevance training data; long texts are cut visibly.
+        memory = memory_state(replace(cand.node, content=clipped(cand.node.content, config.max_evidence_chars)), dated=False)
         requests.append(({"query": query, "memory": memory}, keyed(f"candidate_{i}_", "relevance", ("relevant", "bridge"))))
     answers = controller.ask_batch(requests)
     for i, (cand, ans) in enumerate(zip(candidates, answers)):

@@ -6,6 +6,11 @@ handler post-processes its own result (`finish_request`). While a forward pass r
 so under load batches grow by themselves (greedy batching); `max_wait_s` only adds a short wait for company
 when the queue is shallow. Batching off is the same pipeline with `max_batch_size=1, max_wait_s=0`.
 
+Batches are also sized by time: the worker keeps an estimate of the forward cost per request and never
+forms a batch that would overrun the deadline of its most urgent member, and a request that could not be
+answered in time even alone is failed at once (503) instead of costing a forward pass nobody will read.
+Without this, a slow backend under load forms ever larger batches that all time out (zero goodput).
+
 Failure modes never hang: a full queue raises `OverloadedError` (429) at once, a request that misses its
 deadline raises `RequestTimeoutError` (503) and is dropped from the queue, a closed batcher raises
 `NotReadyError` (503). A request-level error inside a batch (too long, unsupported) does not fail its
@@ -30,13 +35,15 @@ from serving.metrics import ServerMetrics
 
 log = logging.getLogger(__name__)
 
-_EWMA = 0.2  # weight of the newest forward duration in the service-time estimate
+_EWMA = 0.2  # weight of the newest forward call in the per-request cost estimate
+_SAFETY = 0.8  # a batch may use this share of its most urgent member's remaining time
 
 
 @dataclass
 class _Job:
     request: BackendRequest
     future: asyncio.Future[BackendResult]
+    deadline: float
     enqueued: float = field(default_factory=time.monotonic)
 
 
@@ -66,7 +73,7 @@ class Batcher:
         self._accepting = False
         self._worker: asyncio.Task[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._service_s = 0.05  # EWMA of one forward call, seeds the retry-after estimate
+        self.per_request_s: float | None = None  # EWMA of forward seconds per request; None until measured
         self.batches = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -113,8 +120,8 @@ class Batcher:
 
     def retry_after_ms(self) -> int:
         """How long until the queue ahead of a new request has likely drained."""
-        rounds = math.ceil((len(self._queue) + 1) / self.max_batch_size)
-        return int(min(10_000, max(100, rounds * self._service_s * 1000)))
+        per_request = self.per_request_s if self.per_request_s is not None else 0.05
+        return int(min(10_000, max(100, (len(self._queue) + 1) * per_request * 1000)))
 
     # ------------------------------------------------------------------ submit
     async def submit(self, request: BackendRequest, timeout_s: float) -> BackendResult:
@@ -126,7 +133,7 @@ class Batcher:
                 f"the server is overloaded ({len(self._queue)} requests queued); retry later",
                 retry_after_ms=self.retry_after_ms(),
             )
-        job = _Job(request, asyncio.get_running_loop().create_future())
+        job = _Job(request, asyncio.get_running_loop().create_future(), deadline=time.monotonic() + timeout_s)
         self._queue.append(job)
         self.metrics.queue_depth.set(len(self._queue))
         self._arrived.set()
@@ -165,11 +172,7 @@ class Batcher:
                 await self._arrived.wait()
                 continue
             await self._gather_company()
-            batch: list[_Job] = []
-            while self._queue and len(batch) < self.max_batch_size:
-                job = self._queue.popleft()
-                if not job.future.done():
-                    batch.append(job)
+            batch = self._take_batch()
             self.metrics.queue_depth.set(len(self._queue))
             if not batch:
                 continue
@@ -178,7 +181,8 @@ class Batcher:
                 started = time.monotonic()
                 outcomes = await loop.run_in_executor(self._executor, self._answer, [j.request for j in batch])
                 elapsed = time.monotonic() - started
-                self._service_s = (1 - _EWMA) * self._service_s + _EWMA * elapsed
+                cost = elapsed / len(batch)
+                self.per_request_s = cost if self.per_request_s is None else (1 - _EWMA) * self.per_request_s + _EWMA * cost
                 self.metrics.forward.observe(elapsed)
                 self.metrics.batch_size.observe(len(batch))
                 self.batches += 1
@@ -196,6 +200,31 @@ class Batcher:
                 raise
             finally:
                 self._idle.set()
+
+    def _take_batch(self) -> list[_Job]:
+        """FIFO jobs, as many as fit `max_batch_size` and the time left to the most urgent of them."""
+        now = time.monotonic()
+        cost = self.per_request_s
+        batch: list[_Job] = []
+        urgent = math.inf
+        while self._queue and len(batch) < self.max_batch_size:
+            job = self._queue[0]
+            if job.future.done():
+                self._queue.popleft()
+                continue
+            remaining = job.deadline - now
+            if cost is not None:
+                if remaining < 0.5 * cost:  # hopeless even alone: answer 503 now, spend nothing on it
+                    self._queue.popleft()
+                    job.future.set_exception(
+                        RequestTimeoutError("the server cannot answer within its deadline; retry later", retry_after_ms=self.retry_after_ms())
+                    )
+                    continue
+                if batch and (len(batch) + 1) * cost > _SAFETY * min(urgent, remaining):
+                    break
+            urgent = min(urgent, remaining)
+            batch.append(self._queue.popleft())
+        return batch
 
     async def _gather_company(self) -> None:
         """Wait (at most until the oldest job is `max_wait_s` old) for the batch to fill up."""

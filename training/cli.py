@@ -21,7 +21,7 @@ from training.pipeline import STAGES, PipelineConfig, run_all, run_stage
 from training.trainer import FitConfig
 
 _FIT_FLAGS = ("steps", "tokens_per_step", "max_batch_tokens", "lr", "head_lr", "weight_decay", "warmup", "grad_clip", "family_power",
-              "npair_fraction", "seed", "threads", "checkpoint_every", "max_minutes")
+              "npair_fraction", "attention_dropout", "seed", "threads", "checkpoint_every", "max_minutes")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -35,6 +35,8 @@ def _common(p: argparse.ArgumentParser) -> None:
         value = getattr(defaults, name)
         p.add_argument("--" + name.replace("_", "-"), type=type(value), default=value, help=f"fit: {name} (default {value})")
     p.add_argument("--noul-as-choice-rate", type=float, default=PipelineConfig.noul_as_choice_rate)
+    p.add_argument("--calibration-states", type=int, default=PipelineConfig.calibration_states, help="calibration states per family (0: all)")
+    p.add_argument("--eval-states", type=int, default=PipelineConfig.eval_states, help="held-out states per source and family (0: all)")
     p.add_argument("--robust-states", type=int, default=PipelineConfig.robust_states)
     p.add_argument("--npair-states", type=int, default=PipelineConfig.npair_states)
 
@@ -64,7 +66,8 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
     command = "python -m training " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "make train"
     return PipelineConfig(
         run_dir=args.run_dir, model_dir=args.model_dir, data_dir=args.data_dir, base_path=args.base, fit=fit,
-        noul_as_choice_rate=args.noul_as_choice_rate, robust_states=args.robust_states, npair_states=args.npair_states,
+        noul_as_choice_rate=args.noul_as_choice_rate, calibration_states=args.calibration_states, eval_states=args.eval_states,
+        robust_states=args.robust_states, npair_states=args.npair_states,
         progress=not args.no_progress, command=command, **extra,
     )
 

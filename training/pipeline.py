@@ -40,8 +40,10 @@ class PipelineConfig:
     fit: FitConfig = field(default_factory=FitConfig)
     max_questions: int = 8  # questions per packed training request
     noul_as_choice_rate: float = 0.05  # training Nouls also asked as the equivalent yes/no Choice
-    robust_states: int = 240  # held-out states for the robustness checks
-    npair_states: int = 240  # held-out states for packed vs N-pair
+    calibration_states: int = 300  # calibration-split states per family (0: all)
+    eval_states: int = 200  # held-out states per source (LoCoMo / synthetic) and family (0: all)
+    robust_states: int = 120  # held-out states for the robustness checks
+    npair_states: int = 120  # held-out states for packed vs N-pair
     export_method: str = "fused"
     progress: bool = True
     command: str = "make train"
@@ -121,11 +123,12 @@ def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
     from controller.calibration import save_calibration
     from training.calibrate import calibrate_predictions
     from training.predict import predict
-    from training.sampling import prepare_requests
+    from training.sampling import cap_states, prepare_requests
 
     torch.set_num_threads(cfg.fit.threads)
     loaded = _load(cfg)
-    requests, _ = prepare_requests(_examples(cfg, "calibration"), _tokenizer(cfg), max_questions=cfg.max_questions)
+    examples = cap_states(_examples(cfg, "calibration"), cfg.calibration_states, seed=cfg.fit.seed, by_source=False)
+    requests, _ = prepare_requests(examples, _tokenizer(cfg), max_questions=cfg.max_questions)
     run = predict(loaded.model, requests, progress=cfg.progress, desc="calibrate")
     result = calibrate_predictions(run.predictions, loaded.model_hash)
     save_calibration(result.calibration, cfg.model / "calibration.json")
@@ -139,12 +142,13 @@ def stage_evaluate(cfg: PipelineConfig) -> dict[str, Any]:
     from training.evaluate import base_rates, metric_table, plot_reliability
     from training.predict import predict
     from training.robustness import noul_choice_check, npair_check, option_order_check, sample_states, wording_check
-    from training.sampling import prepare_requests
+    from training.sampling import cap_states, prepare_requests
 
     torch.set_num_threads(cfg.fit.threads)
     loaded = _load(cfg)
     tok = _tokenizer(cfg)
     held = [e for split in ("dev", "test") if (cfg.data / f"{split}.jsonl").exists() for e in _examples(cfg, split)]
+    held = cap_states(held, cfg.eval_states, seed=cfg.fit.seed)
     if not held:
         raise PipelineError(f"no held-out examples (dev.jsonl / test.jsonl) under {cfg.data}")
     requests, _ = prepare_requests(held, tok, max_questions=cfg.max_questions)

@@ -171,6 +171,25 @@ class BalancedSampler:
         return chosen
 
 
+def cap_states(examples: Sequence[DecisionExample], per_group: int, *, seed: int = 0, by_source: bool = True) -> list[DecisionExample]:
+    """Every example of at most `per_group` states per family (per source and family with `by_source`),
+    drawn with a fixed seed: bounded, family-balanced evaluation sets. `per_group <= 0` keeps everything."""
+    if per_group <= 0:
+        return list(examples)
+    states: dict[tuple[str, str], dict[str, list[DecisionExample]]] = {}
+    for e in examples:
+        source = e.group.split(":")[0] if by_source else ""
+        states.setdefault((source, e.family), {}).setdefault(e.state_key, []).append(e)
+    rng = np.random.default_rng(seed)
+    out: list[DecisionExample] = []
+    for key in sorted(states):
+        keys = sorted(states[key])
+        chosen = sorted(rng.permutation(len(keys))[:per_group])
+        for i in chosen:
+            out.extend(states[key][keys[i]])
+    return out
+
+
 @dataclass(frozen=True)
 class StepBatch:
     """The micro-batches of one step and where each label's logits sit in their flattened output."""

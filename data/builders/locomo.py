@@ -12,9 +12,12 @@ RELEVANCE (state {"query", "memory"}; questions of categories 1-4 with evidence;
   -> relevant 0. Turns within `adjacency` positions of a gold turn are never negatives (they often carry
   the context of the answer). Noise: LoCoMo cites only some of the turns that support an answer, so top
   ranks hold unlabelled evidence (the hardest negatives are the likeliest to be wrong).
+  Measured proxy on the 6 dev conversations: 1.2% of the BM25 negatives contain the gold answer string
+  literally, against 35% of the gold turns and 0.4% of random turns.
 - bridge: non-gold turns sharing a named entity or >= 2 rare topic words with a gold turn -> bridge 1,
-  relevant 0 (weight 0.5). Noisy: a shared word is a weak sign of a useful stepping stone. Every other
-  negative has bridge 0 (weight 0.5).
+  relevant 0 (both weight 0.5). Noisy: a shared word is a weak sign of a useful stepping stone, and 7.6%
+  of these turns contain the answer string (likely unlabelled evidence). Every other negative has
+  bridge 0 (weight 0.5).
 STOPPING (state {"query", "evidence", "depth"}; evidence items `[date] Speaker: text`, shuffled)
 - all gold turns + BM25 distractors -> evidence_sufficient 1, continue_useful 0, missing_evidence 0.
 - some or all gold missing -> 0 / 1 / 1 (missing_evidence weight 0.7: the query's subject is often still
@@ -59,6 +62,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.families import memory_text
 from controller.lexical import BM25
 from data.builders.text import content_tokens, date_text, entities, speaker_stop
 from data.locomo import Conversation, Turn, normalise_evidence
@@ -95,8 +99,7 @@ class LocomoRules:
 
 def turn_text(turn: Turn, *, dated: bool = False) -> str:
     """The observation text the engine stores (`Speaker: text [shares caption]`), optionally dated."""
-    text = turn.memory_text()
-    return f"[{date_text(turn.date)}] {text}" if dated else text
+    return memory_text(turn.memory_text(), turn.date if dated else None)
 
 
 @dataclass

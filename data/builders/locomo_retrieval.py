@@ -59,7 +59,7 @@ def relevance_examples(ix: ConversationIndex, emit: Emitter, rules: LocomoRules)
         for i in rng.sample(bridges, min(rules.bridges, len(bridges))):
             taken.add(i)
             emit.emit("relevance", {"query": q.question, "memory": turn_text(ix.turns[i])}, {"relevant": 0, "bridge": 1},
-                      weights={"bridge": 0.5}, notes="locomo:bridge")
+                      weights={"bridge": 0.5, "relevant": 0.5}, notes="locomo:bridge")
         bridge_set = set(bridges)
         negatives = [("bm25", i) for i in _take(ix.bm25_rank(q.question), blocked, taken, rules.bm25_negatives)]
         negatives += [("dense", i) for i in _take(ix.dense_rank(q.qid), blocked, taken, rules.dense_negatives)]

@@ -32,10 +32,22 @@ TEMPORAL_FORM = re.compile(
     r"until|first time|last time|ago|which (?:year|month|day))\b",
     re.IGNORECASE,
 )
-CAUSAL_FORM = re.compile(r"\b(why|what (?:led|made|caused|motivated|inspired|prompted|drove)|reasons?|because|caus\w*|motivat\w*|inspir\w*)\b", re.IGNORECASE)
+CAUSAL_FORM = re.compile(
+    r"\b(why|what (?:led|made|caused|motivated|inspired|prompted|drove)|reasons?|because|caus\w*|motivat\w*|inspir\w*)\b",
+    re.IGNORECASE,
+)
 RECENCY_FORM = re.compile(r"\b(now|currently|current|latest|most recent(?:ly)?|recently|still|these days|anymore|nowadays)\b", re.IGNORECASE)
-DATE_WINDOW = re.compile(r"^(what|which).{0,40}\b(on|in|during)\s+(\d{1,2}\s+)?(January|February|March|April|May|June|July|August|September|October|November|December)\b", re.IGNORECASE)
-RELATIVE_WORDS = re.compile(r"\b(\w+)'s (sister|brother|mom|mother|dad|father|husband|wife|partner|kids?|children|son|daughter|friends?|grandma|grandmother|grandpa|grandfather|family|dog|cat|pets?|boss|colleague|coworker|mentor|team|band|neighbou?r|cousin|aunt|uncle)\b", re.IGNORECASE)
+DATE_WINDOW = re.compile(
+    r"^(what|which).{0,40}\b(on|in|during)\s+(\d{1,2}\s+)?"
+    r"(January|February|March|April|May|June|July|August|September|October|November|December)\b",
+    re.IGNORECASE,
+)
+RELATIVE_WORDS = re.compile(
+    r"\b(\w+)'s (sister|brother|mom|mother|dad|father|husband|wife|partner|kids?|children|son|daughter|friends?|"
+    r"grandma|grandmother|grandpa|grandfather|family|dog|cat|pets?|boss|colleague|coworker|mentor|team|band|"
+    r"neighbou?r|cousin|aunt|uncle)\b",
+    re.IGNORECASE,
+)
 # A turn that places its own event away from the session date (used to skip session-date order labels).
 SHIFTED_TIME = re.compile(
     r"\b(last (?:year|month|week|summer|winter|spring|fall|autumn|weekend|night|friday|saturday|sunday|monday|tuesday|wednesday|thursday)|"

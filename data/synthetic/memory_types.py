@@ -44,16 +44,32 @@ def _episodic(rng: random.Random, p: b.Person, q: b.Person) -> str:
     day = rng.choice(b.WEEKDAYS)
     return rng.choice([
         _speaker(rng, p, f"I {past} at {rng.choice(b.VENUES)} last {day}.", f"{p.first} {past} at {rng.choice(b.VENUES)} last {day}."),
-        _speaker(rng, p, f"Yesterday my {rng.choice(b.RELATIONS)} and I {past}.", f"On {b.date_phrase(rng)}, {p.first} {past} with {p.his} {rng.choice(b.RELATIONS)}."),
+        _speaker(
+            rng, p,
+            f"Yesterday my {rng.choice(b.RELATIONS)} and I {past}.",
+            f"On {b.date_phrase(rng)}, {p.first} {past} with {p.his} {rng.choice(b.RELATIONS)}.",
+        ),
         f"{p.first} missed the train this morning and arrived late to {rng.choice(b.EVENTS)}.",
-        _speaker(rng, p, f"We {past} in {rng.choice(b.CITIES)} over the weekend.", f"Last {rng.choice(b.MONTHS)}, {p.first} and {q.first} {past} in {rng.choice(b.CITIES)}."),
+        _speaker(
+            rng, p,
+            f"We {past} in {rng.choice(b.CITIES)} over the weekend.",
+            f"Last {rng.choice(b.MONTHS)}, {p.first} and {q.first} {past} in {rng.choice(b.CITIES)}.",
+        ),
     ])
 
 
 def _semantic(rng: random.Random, p: b.Person, q: b.Person) -> str:
     return rng.choice([
-        _speaker(rng, p, f"I work as a {rng.choice(b.JOBS)} at {rng.choice(b.COMPANIES)}.", f"{p.first} works as a {rng.choice(b.JOBS)} at {rng.choice(b.COMPANIES)}."),
-        _speaker(rng, p, f"My {rng.choice(b.RELATIONS)} {q.first} lives in {rng.choice(b.CITIES)}.", f"{p.first}'s {rng.choice(b.RELATIONS)} lives in {rng.choice(b.CITIES)}."),
+        _speaker(
+            rng, p,
+            f"I work as a {rng.choice(b.JOBS)} at {rng.choice(b.COMPANIES)}.",
+            f"{p.first} works as a {rng.choice(b.JOBS)} at {rng.choice(b.COMPANIES)}.",
+        ),
+        _speaker(
+            rng, p,
+            f"My {rng.choice(b.RELATIONS)} {q.first} lives in {rng.choice(b.CITIES)}.",
+            f"{p.first}'s {rng.choice(b.RELATIONS)} lives in {rng.choice(b.CITIES)}.",
+        ),
         _speaker(rng, p, f"I'm allergic to {rng.choice(b.FOODS)}.", f"{p.first} is allergic to {rng.choice(b.FOODS)}."),
         _speaker(rng, p, f"I have a dog named {rng.choice(b.PETS)}.", f"{p.first} has a cat named {rng.choice(b.PETS)}."),
         f"{p.full} grew up in {rng.choice(b.CITIES)} and is {rng.randint(24, 67)} years old.",
@@ -79,14 +95,22 @@ def _preference(rng: random.Random, p: b.Person, q: b.Person) -> str:
         _speaker(rng, p, f"I'd rather {a1[0]} than {a2[0]} any day.", f"{p.first} would rather {a1[0]} than {a2[0]}."),
         _speaker(rng, p, f"Honestly, I prefer {g1} to {g2}.", f"{p.first} prefers {g1} to {g2}."),
         _speaker(rng, p, f"I really dislike {f1}.", f"{p.first} really dislikes {f1}."),
-        _speaker(rng, p, f"I wish I had more time for {rng.choice(b.HOBBIES)}.", f"{p.first} wishes {p.he} had more time for {rng.choice(b.HOBBIES)}."),
+        _speaker(
+            rng, p,
+            f"I wish I had more time for {rng.choice(b.HOBBIES)}.",
+            f"{p.first} wishes {p.he} had more time for {rng.choice(b.HOBBIES)}.",
+        ),
     ])
 
 
 def _episodic_preference(rng: random.Random, p: b.Person, q: b.Person) -> str:
     _, past, _ = rng.choice(b.ACTIVITIES)
     return rng.choice([
-        _speaker(rng, p, f"I tried {rng.choice(b.FOODS)} at {rng.choice(b.VENUES)} last {rng.choice(b.WEEKDAYS)} and loved it.", f"{p.first} tried {rng.choice(b.FOODS)} at {rng.choice(b.VENUES)} last {rng.choice(b.WEEKDAYS)} and loved it."),
+        _speaker(
+            rng, p,
+            f"I tried {rng.choice(b.FOODS)} at {rng.choice(b.VENUES)} last {rng.choice(b.WEEKDAYS)} and loved it.",
+            f"{p.first} tried {rng.choice(b.FOODS)} at {rng.choice(b.VENUES)} last {rng.choice(b.WEEKDAYS)} and loved it.",
+        ),
         _speaker(rng, p, f"I {past} on Saturday and honestly I hated it.", f"{p.first} {past} on Saturday and hated every minute."),
     ])
 
@@ -95,7 +119,11 @@ def _episodic_procedural(rng: random.Random, p: b.Person, q: b.Person) -> str:
     goal, steps = rng.choice(PROCEDURES)
     return rng.choice([
         f"Last {rng.choice(b.WEEKDAYS)}, {p.first} showed {q.first} how to {goal}: {steps}.",
-        _speaker(rng, p, f"Yesterday I finally learned how to {goal}: {steps}.", f"On {b.date_phrase(rng)}, {p.first} learned how to {goal}: {steps}."),
+        _speaker(
+            rng, p,
+            f"Yesterday I finally learned how to {goal}: {steps}.",
+            f"On {b.date_phrase(rng)}, {p.first} learned how to {goal}: {steps}.",
+        ),
     ])
 
 
@@ -103,15 +131,27 @@ def _semantic_preference(rng: random.Random, p: b.Person, q: b.Person) -> str:
     g1, g2 = b.pick(rng, b.GENRES, 2)
     return rng.choice([
         f"{p.first}, a {rng.choice(b.JOBS)} from {rng.choice(b.CITIES)}, prefers {g1} over {g2}.",
-        _speaker(rng, p, f"I'm a {rng.choice(b.JOBS)}, and I love {rng.choice(b.HOBBIES)} on my days off.", f"{p.first} is a {rng.choice(b.JOBS)} who loves {rng.choice(b.HOBBIES)} on days off."),
+        _speaker(
+            rng, p,
+            f"I'm a {rng.choice(b.JOBS)}, and I love {rng.choice(b.HOBBIES)} on my days off.",
+            f"{p.first} is a {rng.choice(b.JOBS)} who loves {rng.choice(b.HOBBIES)} on days off.",
+        ),
     ])
 
 
 def _episodic_semantic(rng: random.Random, p: b.Person, q: b.Person) -> str:
     return rng.choice([
         f"{p.first} moved to {rng.choice(b.CITIES)} in {rng.choice(b.MONTHS)} and now works at {rng.choice(b.COMPANIES)}.",
-        _speaker(rng, p, f"{q.first} and I got married on {b.date_phrase(rng)}.", f"{p.first} married {q.first} {q.last} on {b.date_phrase(rng)}."),
-        _speaker(rng, p, f"I started my new job as a {rng.choice(b.JOBS)} last Monday.", f"{p.first} started a new job as a {rng.choice(b.JOBS)} last Monday."),
+        _speaker(
+            rng, p,
+            f"{q.first} and I got married on {b.date_phrase(rng)}.",
+            f"{p.first} married {q.first} {q.last} on {b.date_phrase(rng)}.",
+        ),
+        _speaker(
+            rng, p,
+            f"I started my new job as a {rng.choice(b.JOBS)} last Monday.",
+            f"{p.first} started a new job as a {rng.choice(b.JOBS)} last Monday.",
+        ),
     ])
 
 

@@ -143,8 +143,10 @@ def _calendar(rng: random.Random, p: b.Person) -> tuple[str, str, Interval, Inte
 def _unknown(rng: random.Random, p: b.Person) -> tuple[str, str, None, None]:
     """No order in the texts: plain events, sometimes with time words that order nothing."""
     (_, act_a, ger), (_, act_b, _) = rng.sample(b.ACTIVITIES, 2)
-    text_a = rng.choice((f"{p.first} {act_a}.", f"{p.first} always stretches before {ger}.", f"{p.first} {act_a} with {p.his} cousin."))
-    text_b = rng.choice((f"{p.first} {act_b}.", f"{p.first} went to {rng.choice(b.EVENTS)}.", f"After a long day, {p.first} likes to {rng.choice(b.ACTIVITIES)[0]}."))
+    text_a = rng.choice((f"{p.first} {act_a}.", f"{p.first} always stretches before {ger}.",
+                         f"{p.first} {act_a} with {p.his} cousin."))
+    text_b = rng.choice((f"{p.first} {act_b}.", f"{p.first} went to {rng.choice(b.EVENTS)}.",
+                         f"After a long day, {p.first} likes to {rng.choice(b.ACTIVITIES)[0]}."))
     return text_a, text_b, None, None
 
 

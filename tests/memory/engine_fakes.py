@@ -48,7 +48,7 @@ def _default(family: str, name: str, state: dict[str, Any]) -> Any:
         if name == "semantic":
             return min(1.0, 0.2 + 2.0 * overlap)
         if name == "causal":
-            return 0.85 if "because" in str(state["memory_a"].get("content", "")).lower() and overlap > 0.1 else 0.1
+            return 0.85 if "because" in str(state["memory_a"]).lower() and overlap > 0.1 else 0.1
         if name == "same_episode":
             return min(1.0, 1.5 * overlap)
         if name == "temporal":

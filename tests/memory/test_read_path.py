@@ -123,7 +123,7 @@ def test_uninformative_controller_keeps_the_hybrid_rrf_order_at_the_top() -> Non
 
 def test_graph_expansion_reaches_evidence_that_retrieval_misses() -> None:
     target_text = "Mira: the repair shop quoted three hundred euros"
-    rules = {("relevance", "relevant"): lambda s: 0.95 if "repair" in s["memory"]["content"] or "bicycle" in s["memory"]["content"] else 0.05,
+    rules = {("relevance", "relevant"): lambda s: 0.95 if "repair" in s["memory"] or "bicycle" in s["memory"] else 0.05,
              ("routing", "causal"): lambda s: 0.9, ("routing", "multi_hop"): lambda s: 1.0}
     engine = make_engine(RuleBackend(rules), consolidation_every=0, n_seeds=2, seed_pool=3)
     for i, text in enumerate(FILLER):

@@ -192,3 +192,34 @@ async def test_request_level_errors_are_isolated_in_the_batcher() -> None:
     finally:
         await batcher.close(1.0)
     assert not isinstance(outcomes[0], BaseException) and isinstance(outcomes[1], InputTooLongError)
+
+
+async def test_batches_are_sized_to_meet_the_deadline() -> None:
+    """A slow backend must not collapse: batches stay small enough that someone still gets an answer."""
+    backend = FakeBackend(per_request_s=0.05)
+    batcher = Batcher(backend, max_batch_size=32, max_wait_s=0)
+    await batcher.start()
+    try:
+        await batcher.submit(_request(backend, "warm"), 5.0)  # measures the per-request cost
+        backend.calls.clear()
+        outcomes = await asyncio.gather(*(batcher.submit(_request(backend, f"s{i}"), 0.5) for i in range(24)), return_exceptions=True)
+    finally:
+        await batcher.close(2.0)
+    answered = [o for o in outcomes if not isinstance(o, BaseException)]
+    assert all(isinstance(o, RequestTimeoutError) for o in outcomes if isinstance(o, BaseException))
+    assert max(backend.calls) <= 8  # 0.8 * 0.5 s / 0.05 s per request
+    assert len(answered) >= 6  # an uncapped batch of 24 (1.2 s) would have answered none
+
+
+async def test_hopeless_requests_fail_fast_without_a_forward_pass() -> None:
+    backend = FakeBackend()
+    batcher = Batcher(backend, max_batch_size=4, max_wait_s=0)
+    await batcher.start()
+    try:
+        batcher.per_request_s = 2.0  # as if the backend had been measured this slow
+        started = time.monotonic()
+        with pytest.raises(RequestTimeoutError):
+            await batcher.submit(_request(backend, "x"), 0.5)
+        assert time.monotonic() - started < 0.3 and backend.calls == []
+    finally:
+        await batcher.close(1.0)

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from controller.calibration import Calibration
+from training.calibrate import calibrate_predictions
+from training.evaluate import compute_metrics
+from training.predict import Prediction, probabilities
+from training.sampling import Label
+
+
+def _miscalibrated(n: int = 3000, scale: float = 3.0, seed: int = 0) -> list[Prediction]:
+    """Nouls whose true logit is z but whose model says scale * z; 4-option Choices likewise."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        z = rng.normal(0.0, 1.5)
+        y = float(rng.random() < 1 / (1 + np.exp(-z)))
+        out.append(Prediction(Label("noul", (y,), 1.0, "f", "q", f"n{i}"), np.array([scale * z]), "calibration", "g"))
+    for i in range(n // 2):
+        z = rng.normal(0.0, 1.0, size=4)
+        p = np.exp(z) / np.exp(z).sum()
+        k = int(rng.choice(4, p=p))
+        target = tuple(1.0 if j == k else 0.0 for j in range(4))
+        out.append(Prediction(Label("choice", target, 1.0, "f", "c", f"c{i}", options=("a", "b", "c", "d")), scale * z, "calibration", "g"))
+    return out
+
+
+def test_calibration_recovers_the_temperature_and_improves_nll() -> None:
+    preds = _miscalibrated()
+    result = calibrate_predictions(preds, "hash-1")
+    cal = result.calibration
+    assert cal.model_hash == "hash-1" and cal.fitted_on == {"noul": 3000, "choice:3-4": 1500}
+    assert cal.temperatures["noul"] == pytest.approx(3.0, rel=0.15)
+    assert cal.temperatures["choice:3-4"] == pytest.approx(3.0, rel=0.2)
+    for group in ("noul", "choice:3-4"):
+        assert result.nll_after[group] < result.nll_before[group]
+    kinds = [p.kind for p in preds]
+    targets = [p.label.target for p in preds]
+    before = compute_metrics(kinds, probabilities(preds), targets)
+    after = compute_metrics(kinds, probabilities(preds, cal), targets)
+    assert after.nll < before.nll and after.ece < before.ece
+    assert after.accuracy == pytest.approx(before.accuracy)  # a temperature never changes the decision
+
+
+def test_a_calibrated_model_keeps_temperature_one() -> None:
+    cal = calibrate_predictions(_miscalibrated(scale=1.0, seed=1), None).calibration
+    assert cal.temperatures["noul"] == pytest.approx(1.0, abs=0.15)
+
+
+def test_calibration_needs_data() -> None:
+    with pytest.raises(ValueError, match="empty"):
+        calibrate_predictions([], "h")
+    assert Calibration().temperature("noul", 1) == 1.0

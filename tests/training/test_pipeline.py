@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from training.pipeline import STAGES, PipelineConfig, run_all, run_stage
+from training.trainer import FitConfig
+
+ALLOWED = {"config.json", "adapter", "heads.safetensors", "calibration.json", "metrics.json", "MODEL_CARD.md", "reliability.png"}
+
+
+@pytest.fixture(scope="module")
+def pipeline_run(tmp_path_factory, tiny_base):  # type: ignore[no-untyped-def]
+    root = tmp_path_factory.mktemp("pipeline")
+    cfg = PipelineConfig(
+        run_dir=str(root / "run"), model_dir=str(root / "model"), base_path=str(tiny_base), synthetic_per_family=24, dense="none",
+        fit=FitConfig(steps=6, tokens_per_step=800, checkpoint_every=3, threads=1, lr=5e-3, head_lr=5e-2, npair_fraction=0.2),
+        calibration_states=20, eval_states=10, robust_states=12, npair_states=12, progress=False, command="pytest",
+    )
+    return cfg, run_all(cfg)
+
+
+def test_make_train_runs_every_stage_and_records_its_wall_clock(pipeline_run) -> None:  # type: ignore[no-untyped-def]
+    cfg, metrics = pipeline_run
+    assert set(metrics["stages_seconds"]) == set(STAGES)
+    assert all(v >= 0 for v in metrics["stages_seconds"].values())
+    assert metrics["export"]["parity_max_abs_diff"] <= metrics["export"]["atol"]
+    assert metrics["fit"]["steps_done"] == 6 and metrics["data"]["counts"]["train"] > 0
+    assert {"raw", "calibrated", "base_rate", "uniform"} <= set(metrics["heldout"]["by_family"]["all"])
+    assert "ece_after_calibration" in metrics["acceptance"]
+    assert {"wording", "option_order", "noul_vs_choice"} <= set(metrics["robustness"])
+    assert {"packed", "npair"} == set(metrics["packed_vs_npair"])
+
+
+def test_the_model_directory_is_small_and_loadable(pipeline_run) -> None:  # type: ignore[no-untyped-def]
+    from controller.artifacts import artifact_hash, load_artifact
+    from controller.local import LocalBackend
+
+    cfg, metrics = pipeline_run
+    assert {p.name for p in cfg.model.iterdir()} <= ALLOWED
+    assert not list(cfg.model.rglob("*.onnx")) and not list(cfg.model.rglob("*.pt"))
+    loaded = load_artifact(cfg.model, base_path=cfg.base_path)
+    assert loaded.model_hash == artifact_hash(cfg.model) == metrics["model"]["artifact_hash"]
+    assert set(loaded.calibration.temperatures) >= {"noul"}
+    backend = LocalBackend(loaded, runtime="torch", threads=1)
+    from controller.backend import BackendRequest
+    from controller.families import family_questions
+    from controller.questions import normalize_questions
+
+    (result,) = backend.answer([BackendRequest({"observation": "I went hiking yesterday."}, tuple(normalize_questions(family_questions("typing")).values()))])
+    assert len(result.probabilities) == 4 and all(0 <= p[0] <= 1 for p in result.probabilities)
+    card = (cfg.model / "MODEL_CARD.md").read_text()
+    assert "CC BY-NC" in card and "No outputs of Jev" in card and "| all |" in card
+    assert json.loads((cfg.model / "metrics.json").read_text())["total_seconds"] > 0
+
+
+def test_refitting_forgets_measurements_of_the_old_model(pipeline_run, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import shutil
+    from dataclasses import replace
+
+    cfg, _ = pipeline_run
+    shutil.copytree(cfg.run / "data", tmp_path / "run" / "data")
+    new = replace(cfg, run_dir=str(tmp_path / "run"), model_dir=str(tmp_path / "model"), fit=replace(cfg.fit, steps=2))
+    (tmp_path / "run" / "evaluation.json").write_text("{}")
+    run_stage(new, "fit")
+    assert not (tmp_path / "run" / "evaluation.json").exists()
+    metrics = json.loads((tmp_path / "model" / "metrics.json").read_text())
+    assert set(metrics["stages_seconds"]) == {"fit"} and metrics["heldout"] == {}
+
+
+def test_stages_refuse_to_run_without_their_inputs(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from training.errors import PipelineError
+
+    cfg = PipelineConfig(run_dir=str(tmp_path / "r"), model_dir=str(tmp_path / "m"), progress=False)
+    with pytest.raises(PipelineError, match="run the fit stage first"):
+        run_stage(cfg, "calibrate")
+    with pytest.raises(PipelineError, match="unknown stage"):
+        run_stage(cfg, "deploy")
+
+
+def test_cli_keeps_build_data_and_adds_the_stages() -> None:
+    from training.__main__ import COMMANDS
+    from training.cli import add_parser, config_from_args
+
+    assert COMMANDS[0] == "training.data_cli"
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command")
+    add_parser(sub)
+    args = parser.parse_args(["all", "--steps", "7", "--threads", "1", "--locomo", "x.json", "--eval-states", "5", "--skip-data"])
+    cfg = config_from_args(args)
+    assert cfg.fit.steps == 7 and cfg.fit.threads == 1 and cfg.locomo == "x.json" and cfg.eval_states == 5 and args.skip_data
+    args = parser.parse_args(["fit", "--resume", "--lr", "0.001"])
+    assert args.resume and config_from_args(args).fit.lr == 0.001

@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from training.errors import CheckpointError
+from training.predict import predict
+from training.sampling import BalancedSampler, collate, label_tensors, prepare_requests
+from training.trainer import FitConfig, fit, latest_checkpoint, lr_factor
+
+FAST = dict(tokens_per_step=700, lr=5e-3, head_lr=5e-2, threads=1, warmup=0.1)
+
+
+@pytest.fixture(scope="module")
+def toy(toy_examples, tokenizer):  # type: ignore[no-untyped-def]
+    train = [e for e in toy_examples if e.split == "train"]
+    requests, report = prepare_requests(train, tokenizer, noul_as_choice_rate=0.2, seed=0)
+    assert report.augmented > 0 and report.skipped_too_long == 0
+    return requests
+
+
+def _mean_nll(model, requests) -> float:  # type: ignore[no-untyped-def]
+    step = collate(requests)
+    from training.losses import DecisionLoss
+
+    with torch.inference_mode():
+        flat = torch.cat([model(**{k: torch.from_numpy(v) for k, v in b.arrays().items()}).reshape(-1) for b in step.batches])
+        return float(DecisionLoss(model)(flat, label_tensors(step)).total)  # type: ignore[arg-type]
+
+
+def test_a_few_steps_reduce_the_loss(tiny_model, toy, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    probe = toy[:40]
+    before = _mean_nll(tiny_model, probe)
+    model, result = fit(tiny_model, toy, FitConfig(steps=25, checkpoint_every=25, **FAST), tmp_path, progress=False)
+    after = _mean_nll(model, probe)
+    assert after < before - 0.02, (before, after)
+    assert result.completed and result.steps_done == 25 and result.labels_seen > 0
+    assert result.trainable_parameters < result.total_parameters / 10
+    log = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in log] == list(range(1, 26))
+    assert (tmp_path / "loss.png").stat().st_size > 1000
+
+
+def test_resume_reproduces_the_uninterrupted_run(_tiny_model, toy, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    config = FitConfig(steps=6, checkpoint_every=3, keep_checkpoints=5, npair_fraction=0.3, **FAST)
+    full, _ = fit(copy.deepcopy(_tiny_model), toy, config, tmp_path / "a", progress=False)
+    # an interrupted run: only the step-3 checkpoint survives; a fresh model continues from it
+    (tmp_path / "b" / "checkpoints").mkdir(parents=True)
+    shutil.copy(tmp_path / "a" / "checkpoints" / "step-0000003.pt", tmp_path / "b" / "checkpoints")
+    resumed, result = fit(copy.deepcopy(_tiny_model), toy, config, tmp_path / "b", resume=True, progress=False)
+    assert result.resumed_from == 3 and result.steps_done == 6
+    a = {n: p.detach() for n, p in full.named_parameters() if p.requires_grad}
+    b = {n: p.detach() for n, p in resumed.named_parameters() if p.requires_grad}
+    assert a.keys() == b.keys()
+    assert max(float((a[n] - b[n]).abs().max()) for n in a) < 1e-6
+    moved = {n: p.detach() for n, p in copy.deepcopy(_tiny_model).named_parameters() if n.startswith("heads.")}
+    assert float((a["heads.weight"] - moved["heads.weight"]).abs().max()) > 1e-4  # it did train
+
+
+def test_resume_refuses_a_checkpoint_of_another_configuration(_tiny_model, toy, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    fit(copy.deepcopy(_tiny_model), toy, FitConfig(steps=2, checkpoint_every=2, **FAST), tmp_path, progress=False)
+    assert latest_checkpoint(tmp_path) is not None
+    with pytest.raises(CheckpointError, match="another training configuration"):
+        fit(copy.deepcopy(_tiny_model), toy, FitConfig(steps=2, checkpoint_every=2, seed=9, **FAST), tmp_path, resume=True, progress=False)
+    with pytest.raises(CheckpointError, match="no checkpoint"):
+        fit(copy.deepcopy(_tiny_model), toy, FitConfig(steps=2, **FAST), tmp_path / "empty", resume=True, progress=False)
+
+
+def test_fit_config_validates_and_round_trips() -> None:
+    config = FitConfig(steps=10, lr=1e-3)
+    assert FitConfig.from_json(json.loads(json.dumps(config.to_json()))) == config
+    assert config.fingerprint() == FitConfig(steps=10, lr=1e-3, threads=1, checkpoint_every=3).fingerprint()
+    assert config.fingerprint() != FitConfig(steps=11, lr=1e-3).fingerprint()
+    for bad in (dict(steps=0), dict(lr=0.0), dict(npair_fraction=1.5), dict(weight_decay=-1.0)):
+        with pytest.raises(ValueError):
+            FitConfig(**bad)  # type: ignore[arg-type]
+
+
+def test_learning_rate_warms_up_then_decays_to_zero() -> None:
+    config = FitConfig(steps=100, warmup=0.1)
+    factors = [lr_factor(s, config) for s in range(1, 101)]
+    assert factors[0] == pytest.approx(0.1) and factors[9] == pytest.approx(1.0)
+    assert factors[-1] == 0.0 and all(a >= b for a, b in zip(factors[9:], factors[10:]))
