@@ -84,9 +84,9 @@ def run_bench(
     variants: dict[str, LocalBackend] = {}
     for method in export_methods:
         tag = "" if method == "fused" else f" ({method} export)"
-        variants[f"packed-ONNX{tag}"] = LocalBackend(loaded, runtime="onnx", encoding="packed", threads=threads, export_method=method)
+        variants[f"packed-ONNX{tag}"] = LocalBackend(loaded, runtime="onnx", encoding="packed", threads=threads, export_method=method, spinning=False)
     variants["packed-torch"] = LocalBackend(loaded, runtime="torch", encoding="packed", threads=threads)
-    variants["npair-ONNX"] = LocalBackend(loaded, runtime="onnx", encoding="npair", threads=threads)
+    variants["npair-ONNX"] = LocalBackend(loaded, runtime="onnx", encoding="npair", threads=threads, spinning=False)
     variants["npair-torch"] = LocalBackend(loaded, runtime="torch", encoding="npair", threads=threads)
     drift: dict[str, float] = {}
     if int8:
@@ -109,7 +109,8 @@ def run_bench(
     n_keys = {r: len(req.questions) for r, req in mix.items()}
     tokens = {r: count_input_tokens(req) for r, req in mix.items()}
     printer(f"controller bench: model {loaded.info.name} ({loaded.model_hash[:12]}), {threads} threads, {repeats} repeats, "
-            f"torch {torch.__version__}, CPU count {os.cpu_count()}")
+            f"torch {torch.__version__}, CPU count {os.cpu_count()}, load average {os.getloadavg()[0]:.1f}; "
+            "idle threads sleep (ORT no spinning, OMP_WAIT_POLICY=PASSIVE) so variants do not starve each other")
     printer("request mix: " + ", ".join(f"{r} {n_keys[r]} questions / {n_questions[r]} readouts / {tokens[r]} packed tokens" for r in mix))
     header = f"{'variant':<30}" + "".join(f"{r + ' p50/p95 ms':>24}" for r in mix) + f"{'questions/s':>13}{'x npair-torch':>15}"
     printer(header)
@@ -144,9 +145,9 @@ def _int8_variant(loaded: Any, encoding: str, threads: int) -> tuple[str, Any, f
     from controller.packing import invariance_max_diff
     from controller.template import get_tokenizer
 
-    backend = LocalBackend(loaded, runtime="onnx", encoding=encoding, threads=threads)  # type: ignore[arg-type]
+    backend = LocalBackend(loaded, runtime="onnx", encoding=encoding, threads=threads, spinning=False)  # type: ignore[arg-type]
     path = quantize_unchecked(loaded.model_hash, "fused")
-    session = create_session(path, threads=threads)
+    session = create_session(path, threads=threads, spinning=False)
     backend._run = lambda b: session.run(["logits"], b.arrays())[0]  # noqa: SLF001 - benchmark-only swap
     drift = invariance_max_diff(backend._run, parity_requests(get_tokenizer(loaded.tokenizer_dir)), encoding)  # type: ignore[arg-type]  # noqa: SLF001
     return f"{encoding}-ONNX-int8 (unchecked)", backend, drift
@@ -191,6 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts its OpenMP pool
     methods = ("fused", "torch") if args.torch_export else ("fused",)
     run_bench(args.model_dir, threads=args.threads, repeats=args.repeats, int8=args.int8, export_methods=methods)
 

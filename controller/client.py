@@ -99,6 +99,12 @@ def wire_payload(model: str, answers: Mapping[str, Any], usage: Any) -> dict[str
     }
 
 
+def _aligned(planned: Sequence[PlannedRequest], results: Sequence[BackendResult]) -> zip[tuple[PlannedRequest, BackendResult]]:
+    if len(results) != len(planned):
+        raise BackendError(f"backend answered {len(results)} requests, expected {len(planned)}")
+    return zip(planned, results)
+
+
 def _resolve_backend(backend: str | Backend, options: Mapping[str, Any]) -> Backend:
     return create_backend(backend, **options) if isinstance(backend, str) else backend
 
@@ -161,7 +167,7 @@ class SystemOneClient:
         planned = plan_request(
             self._backend, state, questions, model=model or self._model, assets=assets, extra_body=extra_body
         )
-        (result,) = self._backend.answer([planned.request])
+        ((_, result),) = _aligned([planned], self._backend.answer([planned.request]))
         return finish_request(planned, result, response_model)
 
     def system_one_batch(
@@ -170,7 +176,7 @@ class SystemOneClient:
         """Answer many (state, questions) pairs in one backend call; each answer is as if sent alone."""
         planned = [plan_request(self._backend, s, q, model=model or self._model) for s, q in requests]
         results = self._backend.answer([p.request for p in planned]) if planned else []
-        return [finish_request(p, r) for p, r in zip(planned, results)]  # type: ignore[misc]
+        return [finish_request(p, r) for p, r in _aligned(planned, results)]  # type: ignore[misc]
 
     def close(self) -> None:
         self._backend.close()
@@ -210,7 +216,7 @@ class AsyncSystemOneClient:
         planned = plan_request(
             self._backend, state, questions, model=model or self._model, assets=assets, extra_body=extra_body
         )
-        (result,) = await asyncio.to_thread(self._backend.answer, [planned.request])
+        ((_, result),) = _aligned([planned], await asyncio.to_thread(self._backend.answer, [planned.request]))
         return finish_request(planned, result, response_model)
 
     async def system_one_batch(
@@ -218,7 +224,7 @@ class AsyncSystemOneClient:
     ) -> list[SystemOneResponse]:
         planned = [plan_request(self._backend, s, q, model=model or self._model) for s, q in requests]
         results = await asyncio.to_thread(self._backend.answer, [p.request for p in planned]) if planned else []
-        return [finish_request(p, r) for p, r in zip(planned, results)]  # type: ignore[misc]
+        return [finish_request(p, r) for p, r in _aligned(planned, results)]  # type: ignore[misc]
 
     async def aclose(self) -> None:
         self._backend.close()

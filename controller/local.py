@@ -50,6 +50,7 @@ class LocalBackend:
         max_request_tokens: int = DEFAULT_MAX_REQUEST_TOKENS,
         max_sequence_tokens: int = DEFAULT_MAX_SEQUENCE_TOKENS,
         max_batch_tokens: int = 8192,
+        spinning: bool = True,
     ) -> None:
         if runtime not in ("onnx", "torch"):
             raise ValueError(f"runtime must be 'onnx' or 'torch', not {runtime!r}")
@@ -67,7 +68,7 @@ class LocalBackend:
         if runtime == "torch":
             self._run = self._torch_runner(threads, device)
         else:
-            self._run = self._onnx_runner(threads, device, quantize, export_method)
+            self._run = self._onnx_runner(threads, device, quantize, export_method, spinning)
         suffix = f" [{runtime}/{encoding}{'/int8' if self.quantized else ''}]"
         self._info = ModelInfo(loaded.info.name, loaded.info.description + suffix, loaded.info.release_date)
 
@@ -154,7 +155,7 @@ class LocalBackend:
 
         return run
 
-    def _onnx_runner(self, threads: int | None, device: str | None, quantize: bool, method: str) -> Any:
+    def _onnx_runner(self, threads: int | None, device: str | None, quantize: bool, method: str, spinning: bool) -> Any:
         from controller.errors import ParityError
         from controller.onnx_runtime import create_session, ensure_graph
 
@@ -167,7 +168,7 @@ class LocalBackend:
             except ParityError as error:
                 log.warning("int8 quantisation refused, serving fp32 instead: %s", error)
         self.graph = graph
-        session = create_session(graph.path, threads=threads or 2, device=device)
+        session = create_session(graph.path, threads=threads or 2, device=device, spinning=spinning)
         lock = self._lock
 
         def run(batch: PackedBatch) -> np.ndarray:

@@ -159,8 +159,12 @@ def _quantize(fp32_path: Path, out: Path) -> None:
     quantize_dynamic(str(fp32_path), str(out), per_channel=True, weight_type=QuantType.QInt8, extra_options=extra)
 
 
-def create_session(path: str | Path, *, threads: int | None = 2, device: str | None = None) -> Any:
-    """An ORT session: CUDA first when available (or asked for), CPU otherwise; all graph optimisations."""
+def create_session(path: str | Path, *, threads: int | None = 2, device: str | None = None, spinning: bool = True) -> Any:
+    """An ORT session: CUDA first when available (or asked for), CPU otherwise; all graph optimisations.
+
+    `spinning=False` lets idle intra-op threads sleep at once: slower on an idle machine, but fair to other
+    work in the same process (the benchmark interleaves torch and onnxruntime).
+    """
     try:
         import onnxruntime as ort
     except ImportError as error:
@@ -177,6 +181,8 @@ def create_session(path: str | Path, *, threads: int | None = 2, device: str | N
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3
+    if not spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(path), options, providers=providers)
 
 

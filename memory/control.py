@@ -12,7 +12,6 @@ import math
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from controller.client import SystemOneClient
@@ -99,10 +98,6 @@ def choice(answers: Answers, key: str, labels: Sequence[str]) -> tuple[str, dict
             raise ControllerOutputError(key, probs)
         clean[name] = float(p)
     return str(label), clean
-
-
-def iso(value: datetime | None) -> str | None:
-    return value.isoformat(timespec="minutes") if value is not None else None
 
 
 def fits(node: Node, max_chars: int) -> bool:

@@ -10,6 +10,9 @@ Batches are also sized by time: the worker keeps an estimate of the forward cost
 forms a batch that would overrun the deadline of its most urgent member, and a request that could not be
 answered in time even alone is failed at once (503) instead of costing a forward pass nobody will read.
 Without this, a slow backend under load forms ever larger batches that all time out (zero goodput).
+And batching must pay for itself: `BatchTuner` starts with batches of 2, grows the cap while full batches
+cost no more per request than single calls, and halves it while they are clearly dearer (a backend whose
+batch path pads badly), re-probing now and then; batching on is then never much worse than off.
 
 Failure modes never hang: a full queue raises `OverloadedError` (429) at once, a request that misses its
 deadline raises `RequestTimeoutError` (503) and is dropped from the queue, a closed batcher raises
@@ -37,6 +40,55 @@ log = logging.getLogger(__name__)
 
 _EWMA = 0.2  # weight of the newest forward call in the per-request cost estimate
 _SAFETY = 0.8  # a batch may use this share of its most urgent member's remaining time
+
+
+class BatchTuner:
+    """Adapts the batch cap to what the backend's batch path actually costs (slow start, then AIMD-like).
+
+    `observe(n, seconds)` after every forward call. The cap starts at 2; after `min_samples` full batches that
+    cost no more per request than single calls it doubles (up to `max_cap`); while batches cost clearly more
+    per request than single calls (by more than `tolerance`) it halves. At cap 1 it re-probes with 2 every
+    `reprobe` calls, so a backend that got faster (or a load that changed) is noticed.
+    """
+
+    def __init__(self, max_cap: int, *, tolerance: float = 1.25, min_samples: int = 3, reprobe: int = 200) -> None:
+        self.max_cap = max_cap
+        self.cap = min(2, max_cap)
+        self.tolerance = tolerance
+        self.min_samples = min_samples
+        self.reprobe = reprobe
+        self.single_s: float | None = None  # EWMA seconds of a one-request call
+        self._multi_s: float | None = None  # EWMA seconds per request of calls with n >= 2, at this cap
+        self._multi_n = 0
+        self._full = 0  # batches at this cap that were full
+        self._since_change = 0
+
+    def observe(self, n: int, seconds: float) -> None:
+        self._since_change += 1
+        if n == 1:
+            self.single_s = seconds if self.single_s is None else (1 - _EWMA) * self.single_s + _EWMA * seconds
+        else:
+            cost = seconds / n
+            self._multi_s = cost if self._multi_s is None else (1 - _EWMA) * self._multi_s + _EWMA * cost
+            self._multi_n += 1
+            self._full += n >= self.cap
+        if self.cap == 1 and self.max_cap > 1 and self._since_change >= self.reprobe:
+            self._set(2)
+        if self.single_s is None or self._multi_s is None or self._multi_n < self.min_samples:
+            return
+        if self._multi_s > self.single_s * self.tolerance:
+            self._set(max(1, self.cap // 2))
+        elif self._full >= self.min_samples and self._multi_s <= self.single_s and self.cap < self.max_cap:
+            self._set(min(self.max_cap, self.cap * 2))
+
+    def _set(self, cap: int) -> None:
+        if cap != self.cap:
+            log.info("batch cap %d -> %d (single %.4fs, batched %.4fs per request)", self.cap, cap, self.single_s or 0, self._multi_s or 0)
+        self.cap = cap
+        self._multi_s = None
+        self._multi_n = 0
+        self._full = 0
+        self._since_change = 0
 
 
 @dataclass
@@ -74,7 +126,9 @@ class Batcher:
         self._worker: asyncio.Task[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
         self.per_request_s: float | None = None  # EWMA of forward seconds per request; None until measured
+        self.tuner = BatchTuner(max_batch_size)
         self.batches = 0
+        self._last_batch = 0
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -183,6 +237,9 @@ class Batcher:
                 elapsed = time.monotonic() - started
                 cost = elapsed / len(batch)
                 self.per_request_s = cost if self.per_request_s is None else (1 - _EWMA) * self.per_request_s + _EWMA * cost
+                self.tuner.observe(len(batch), elapsed)
+                self.metrics.batch_cap.set(self.tuner.cap)
+                self._last_batch = len(batch)
                 self.metrics.forward.observe(elapsed)
                 self.metrics.batch_size.observe(len(batch))
                 self.batches += 1
@@ -202,12 +259,12 @@ class Batcher:
                 self._idle.set()
 
     def _take_batch(self) -> list[_Job]:
-        """FIFO jobs, as many as fit `max_batch_size` and the time left to the most urgent of them."""
+        """FIFO jobs, as many as fit the tuner's cap and the time left to the most urgent of them."""
         now = time.monotonic()
         cost = self.per_request_s
         batch: list[_Job] = []
         urgent = math.inf
-        while self._queue and len(batch) < self.max_batch_size:
+        while self._queue and len(batch) < self.tuner.cap:
             job = self._queue[0]
             if job.future.done():
                 self._queue.popleft()
@@ -227,11 +284,11 @@ class Batcher:
         return batch
 
     async def _gather_company(self) -> None:
-        """Wait (at most until the oldest job is `max_wait_s` old) for the batch to fill up."""
-        if self.max_wait_s <= 0:
-            return
+        """Under concurrent traffic, wait (at most until the oldest job is `max_wait_s` old) for company."""
+        if self.max_wait_s <= 0 or self.tuner.cap == 1 or (self._last_batch <= 1 and len(self._queue) <= 1):
+            return  # a lone request under light traffic goes at once: waiting would only add latency
         oldest = self._queue[0].enqueued
-        while len(self._queue) < self.max_batch_size:
+        while len(self._queue) < self.tuner.cap:
             remaining = oldest + self.max_wait_s - time.monotonic()
             if remaining <= 0:
                 return

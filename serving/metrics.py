@@ -170,8 +170,11 @@ class ServerMetrics:
     batch_size: Histogram = field(default_factory=lambda: Histogram("jevmem_batch_size", "Requests per backend call.", BATCH_BUCKETS))
     forward: Histogram = field(default_factory=lambda: Histogram("jevmem_backend_forward_seconds", "Duration of one backend call.", LATENCY_BUCKETS))
     queue_depth: Gauge = field(default_factory=lambda: Gauge("jevmem_queue_depth", "Requests waiting for the backend."))
+    batch_cap: Gauge = field(default_factory=lambda: Gauge("jevmem_batch_cap", "Current batch size cap chosen by the batch tuner."))
     in_flight: Gauge = field(default_factory=lambda: Gauge("jevmem_http_requests_in_flight", "HTTP requests being handled."))
 
     def render(self) -> str:
-        metrics: list[_Metric] = [self.requests, self.latency, self.errors, self.batch_size, self.forward, self.queue_depth, self.in_flight]
+        metrics: list[_Metric] = [
+            self.requests, self.latency, self.errors, self.batch_size, self.forward, self.queue_depth, self.batch_cap, self.in_flight,
+        ]  # fmt: skip
         return "\n".join(line for m in metrics for line in m.render()) + "\n"

@@ -38,6 +38,7 @@ from memory.store.errors import StoreError
 log = logging.getLogger(__name__)
 
 BASELINES: tuple[str, ...] = ("bm25", "dense", "rrf")
+_EMBEDDERS: dict[tuple[str, bool], Embedder] = {}  # process-wide: MiniLM loads once
 ENGINE_PREFIX = "jevmem-"
 Progress = Callable[[str, int], Callable[[], None]]  # (label, total) -> step callback
 
@@ -59,7 +60,9 @@ class EvalConfig:
     bootstrap_draws: int = 1000
     seed: int = 0
     write_quality: bool = True  # candidate / edge recall on multi-hop evidence pairs
-    cache: bool = True  # on-disk embedding cache ($JEVMEM_CACHE)
+    cache: bool = True  # on-disk embedding cache ($JEVMEM_CACHE) for the dense baseline
+    engine_cache: bool = False  # the same cache for the engine: faster reruns, but hides embedding cost
+    threads: int = 1  # torch / onnxruntime threads (MiniLM, local controller); >1 thrashes on busy shared cores
 
     def __post_init__(self) -> None:
         for name in self.systems:
@@ -73,8 +76,8 @@ class EvalConfig:
             raise ValueError(f"store must be 'memory' or 'sqlite', got {self.store!r}")
         if self.query_k < max(self.ks):
             raise ValueError(f"query_k ({self.query_k}) must cover the largest k ({max(self.ks)})")
-        if self.bootstrap_draws < 1 or self.rrf_k < 1 or self.dense_weight < 0:
-            raise ValueError("bootstrap_draws and rrf_k must be >= 1 and dense_weight >= 0")
+        if self.bootstrap_draws < 1 or self.rrf_k < 1 or self.dense_weight < 0 or self.threads < 1:
+            raise ValueError("bootstrap_draws, rrf_k and threads must be >= 1 and dense_weight >= 0")
 
 
 @dataclass
@@ -186,7 +189,7 @@ def _engine_config(value: str | None) -> EngineConfig:
 def _engine_factory(controller: str, config: EvalConfig, embedder: Embedder) -> tuple[EngineFactory, Callable[[], None]]:
     """One controller client and embedder shared by the per-conversation engines; each gets a fresh store."""
     engine_config = _engine_config(config.engine_config)
-    client = SystemOneClient(controller)
+    client = SystemOneClient(controller, **({"threads": config.threads} if controller == "local" else {}))
 
     def make() -> _FreshEngine:
         tmp = tempfile.TemporaryDirectory(prefix="jevmem-eval-") if config.store == "sqlite" else None
@@ -238,7 +241,7 @@ def run_locomo(
     ids = tuple(c.sample_id for c in conversations)
     base_embedder = embedder
     if base_embedder is None and any(s in ("dense", "rrf") for s in config.systems):
-        base_embedder = _embedder(config.baseline_embedder, config.cache)
+        base_embedder = _embedder(config.baseline_embedder, config.cache, config.threads)
     systems = run_baselines(conversations, config, base_embedder, progress)
     notes: dict[str, Any] = {}
     for name in config.systems:
@@ -250,7 +253,7 @@ def run_locomo(
             if engine_factories and name in engine_factories:
                 factory = engine_factories[name]
             else:
-                emb = embedder or _embedder(config.engine_embedder, config.cache)
+                emb = embedder or _embedder(config.engine_embedder, config.engine_cache, config.threads)
                 factory, close = _engine_factory(controller, config, emb)
             systems[name], _ = run_engine_system(name, conversations, config, factory, progress)
         except (ControllerError, MemoryEngineError, StoreError, ImportError, OSError) as error:
@@ -260,7 +263,7 @@ def run_locomo(
         finally:
             close()
     _finish(systems, ids, config)
-    for emb in {id(e): e for e in (base_embedder, embedder) if isinstance(e, CachedEmbedder)}.values():
+    for emb in [e for e in _EMBEDDERS.values() if isinstance(e, CachedEmbedder)]:
         emb.flush()
         notes[f"embedding_cache_{emb.name}"] = {"path": str(emb.path), "hits": emb.hits, "misses": emb.misses}
     n = sum(len(scored_questions(c)) for c in conversations)
@@ -268,14 +271,13 @@ def run_locomo(
     return EvalReport(config, ids, n, ordered, time.perf_counter() - started, notes)
 
 
-_EMBEDDERS: dict[tuple[str, bool], Embedder] = {}
 
 
-def _embedder(name: str, cache: bool) -> Embedder:
+def _embedder(name: str, cache: bool, threads: int) -> Embedder:
     """One embedder per (name, cache) for the whole process: MiniLM loads once."""
     key = (name, cache)
     if key not in _EMBEDDERS:
-        inner = create_embedder(name)
+        inner = create_embedder(name, threads=threads) if name == "minilm" else create_embedder(name)
         _EMBEDDERS[key] = CachedEmbedder(inner) if cache and name != "hashing" else inner
     return _EMBEDDERS[key]
 

@@ -137,7 +137,6 @@ def run_conversation(
     try:
         # write-path quality needs the real engine's store and config; a fake engine skips it
         can_inspect = write_quality and hasattr(engine, "store") and hasattr(engine, "config")
-        started = time.perf_counter()
         for turn in conversation.turns:
             t0 = time.perf_counter()
             result = engine.write(observation_of(turn))
@@ -155,7 +154,7 @@ def run_conversation(
                     hits[(e_dia, turn.dia_id)] = found
             if on_step is not None:
                 on_step()
-        run.build_s = time.perf_counter() - started
+        run.build_s = sum(run.write_ms) / 1000.0  # the writes alone, not the write-quality probes
         for earlier, later in pairs:
             outcome = PairOutcome(conversation.sample_id, earlier, later, found_by=hits.get((earlier, later), {}))
             if can_inspect:

@@ -22,6 +22,15 @@ HEADLINE_COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+# EVALUATION.md's reference figures (6 dev conversations, 1,155 questions): the five headline columns
+REFERENCE: dict[str, tuple[float, ...]] = {
+    "bm25": (0.661, 0.614, 0.577, 0.093, 0.481),
+    "dense": (0.536, 0.482, 0.438, 0.087, 0.325),
+    "rrf": (0.676, 0.627, 0.584, 0.122, 0.454),
+}
+DEV_CONVERSATIONS = ("conv-26", "conv-30", "conv-41", "conv-42", "conv-43", "conv-44")
+
+
 def _clean(value: Any) -> Any:
     """JSON-safe: NaN / inf become null."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -99,6 +108,7 @@ def to_markdown(report: EvalReport) -> str:
     for r in report.systems.values():
         if r.error is not None:
             lines.append(f"\n**{r.name} did not run:** {r.error}")
+    lines += _reference_check(report)
     lines += ["", "## Recall by category (R_frac@10 / R_all@10)", ""]
     groups = ["1", "2", "3", "4", "5", "1-4", "1-5"]
     header = ["system", *(f"{g} {CATEGORY_LABELS.get(g, '')}".strip() for g in groups)]
@@ -125,6 +135,22 @@ def to_markdown(report: EvalReport) -> str:
         lines += _table(["system", *keys], rows)
     lines += _costs(ok)
     return "\n".join(lines) + "\n"
+
+
+def _reference_check(report: EvalReport) -> list[str]:
+    """Measured minus reference for the flat baselines, when the run covers exactly the dev conversations."""
+    rows = []
+    if tuple(sorted(report.conversations)) == DEV_CONVERSATIONS:
+        for name, ref in REFERENCE.items():
+            result = report.systems.get(name)
+            if result is None or result.table is None:
+                continue
+            measured = [_value(result, g, m) for _, g, m in HEADLINE_COLUMNS[:5]]
+            rows.append([name, *(f"{_f(v)} ({(v or 0.0) - r:+.3f})" for v, r in zip(measured, ref))])
+    if not rows:
+        return []
+    header = ["baseline", *(c for c, _, _ in HEADLINE_COLUMNS[:5])]
+    return ["", "Measured (minus the EVALUATION.md reference):", "", *_table(header, rows)]
 
 
 def _ci(i: Interval | None) -> str:

@@ -223,3 +223,30 @@ async def test_hopeless_requests_fail_fast_without_a_forward_pass() -> None:
         assert time.monotonic() - started < 0.3 and backend.calls == []
     finally:
         await batcher.close(1.0)
+
+
+def test_tuner_backs_off_when_batches_cost_more_and_reprobes() -> None:
+    from serving.batching import BatchTuner
+
+    tuner = BatchTuner(32, min_samples=2, reprobe=5)
+    assert tuner.cap == 2  # slow start
+    tuner.observe(1, 0.10)
+    for _ in range(3):
+        tuner.observe(2, 0.30)  # 1.5x dearer per request in a batch
+    assert tuner.cap == 1
+    for _ in range(5):
+        tuner.observe(1, 0.10)
+    assert tuner.cap == 2  # re-probe
+
+
+def test_tuner_grows_the_cap_while_full_batches_pay() -> None:
+    from serving.batching import BatchTuner
+
+    tuner = BatchTuner(32, min_samples=2)
+    tuner.observe(1, 0.10)
+    for _ in range(20):
+        tuner.observe(tuner.cap, 0.02 * tuner.cap)
+    assert tuner.cap == 32
+    for _ in range(10):
+        tuner.observe(3, 0.5)  # batches dearer per request than single calls: back off
+    assert tuner.cap < 32

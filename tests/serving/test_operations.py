@@ -117,6 +117,7 @@ async def test_metrics_count_routes_statuses_batches_and_errors(client: Any) -> 
     assert _sample(text, "jevmem_batch_size_count") == 2  # warm-up + one request
     assert _sample(text, "jevmem_batch_size_bucket", le="+Inf") == 2
     assert _sample(text, "jevmem_queue_depth") == 0
+    assert _sample(text, "jevmem_batch_cap") == 2  # slow start: the tuner begins with pairs
     assert "# TYPE jevmem_http_request_duration_seconds histogram" in text
 
 
