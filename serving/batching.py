@@ -45,10 +45,11 @@ _SAFETY = 0.8  # a batch may use this share of its most urgent member's remainin
 class BatchTuner:
     """Adapts the batch cap to what the backend's batch path actually costs (slow start, then AIMD-like).
 
-    `observe(n, seconds)` after every forward call. The cap starts at 2; after `min_samples` full batches that
-    cost no more per request than single calls it doubles (up to `max_cap`); while batches cost clearly more
-    per request than single calls (by more than `tolerance`) it halves. At cap 1 it re-probes with 2 every
-    `reprobe` calls, so a backend that got faster (or a load that changed) is noticed.
+    `observe(n, seconds, tokens)` after every forward call. Cost is seconds per input token, so a batch is
+    compared with single calls fairly whatever the request mix. The cap starts at 2; after `min_samples` full
+    batches that cost no more per token than single calls it doubles (up to `max_cap`); while batches cost
+    clearly more (by more than `tolerance`) it halves. At cap 1 it re-probes with 2 every `reprobe` calls,
+    so a backend that got faster (or a load that changed) is noticed.
     """
 
     def __init__(self, max_cap: int, *, tolerance: float = 1.25, min_samples: int = 3, reprobe: int = 200) -> None:
@@ -57,18 +58,18 @@ class BatchTuner:
         self.tolerance = tolerance
         self.min_samples = min_samples
         self.reprobe = reprobe
-        self.single_s: float | None = None  # EWMA seconds of a one-request call
-        self._multi_s: float | None = None  # EWMA seconds per request of calls with n >= 2, at this cap
+        self.single_s: float | None = None  # EWMA seconds per token of one-request calls
+        self._multi_s: float | None = None  # EWMA seconds per token of calls with n >= 2, at this cap
         self._multi_n = 0
         self._full = 0  # batches at this cap that were full
         self._since_change = 0
 
-    def observe(self, n: int, seconds: float) -> None:
+    def observe(self, n: int, seconds: float, tokens: int) -> None:
         self._since_change += 1
+        cost = seconds / max(1, tokens)
         if n == 1:
-            self.single_s = seconds if self.single_s is None else (1 - _EWMA) * self.single_s + _EWMA * seconds
+            self.single_s = cost if self.single_s is None else (1 - _EWMA) * self.single_s + _EWMA * cost
         else:
-            cost = seconds / n
             self._multi_s = cost if self._multi_s is None else (1 - _EWMA) * self._multi_s + _EWMA * cost
             self._multi_n += 1
             self._full += n >= self.cap
@@ -83,7 +84,7 @@ class BatchTuner:
 
     def _set(self, cap: int) -> None:
         if cap != self.cap:
-            log.info("batch cap %d -> %d (single %.4fs, batched %.4fs per request)", self.cap, cap, self.single_s or 0, self._multi_s or 0)
+            log.info("batch cap %d -> %d (%.2g s/token single, %.2g s/token batched)", self.cap, cap, self.single_s or 0, self._multi_s or 0)
         self.cap = cap
         self._multi_s = None
         self._multi_n = 0
@@ -237,7 +238,8 @@ class Batcher:
                 elapsed = time.monotonic() - started
                 cost = elapsed / len(batch)
                 self.per_request_s = cost if self.per_request_s is None else (1 - _EWMA) * self.per_request_s + _EWMA * cost
-                self.tuner.observe(len(batch), elapsed)
+                tokens = sum(o.input_tokens for o in outcomes if isinstance(o, BackendResult))
+                self.tuner.observe(len(batch), elapsed, tokens or len(batch))
                 self.metrics.batch_cap.set(self.tuner.cap)
                 self._last_batch = len(batch)
                 self.metrics.forward.observe(elapsed)

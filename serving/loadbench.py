@@ -3,8 +3,8 @@
     python -m serving.loadbench                                  # local ONNX when loadable, else heuristic
     python -m serving.loadbench --controller heuristic --duration 5 --concurrency 1,16
 
-Starts its own server (a subprocess on 127.0.0.1, one per batching mode), waits for /readyz, then for each
-concurrency level runs closed-loop clients (each sends its next request as soon as the previous one is
+Starts its own servers (subprocesses on 127.0.0.1, one per batching mode), waits for /readyz, then for each
+concurrency level and each mode in turn runs closed-loop clients (each sends its next request as soon as the previous one is
 answered) for `--duration` seconds or `--max-requests` requests, whichever comes first. Requests cycle
 through the Jev-Mem mix of EVALUATION.md section 3 (typing, pair, routing, stopping) with varied texts.
 Prints throughput, p50 / p99 latency of answered requests, 429 / 503 counts, other errors and the mean
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -179,21 +180,26 @@ def _batch_stats(url: str) -> tuple[float, float]:
 
 
 def run_bench(args: argparse.Namespace) -> list[Cell]:
+    """One server per batching mode, all up at once; cells interleave the modes at each concurrency level
+    so that drift in a shared machine's load hits both modes alike."""
     cells: list[Cell] = []
-    for batching in args.modes:
-        settings = {
-            "JEVMEM_CONTROLLER": args.controller,
-            "JEVMEM_CONTROLLER_OPTIONS": json.dumps(args.controller_options),
-            "JEVMEM_BATCHING": "on" if batching else "off",
-            "JEVMEM_MAX_BATCH_SIZE": str(args.max_batch_size),
-            "JEVMEM_MAX_WAIT_MS": str(args.max_wait_ms),
-            "JEVMEM_QUEUE_SIZE": str(args.queue_size),
-            "JEVMEM_REQUEST_TIMEOUT_S": str(args.request_timeout),
-        }
-        print(f"# starting server ({args.controller}, batching {'on' if batching else 'off'}) ...", file=sys.stderr, flush=True)
-        with ServerProcess(settings, args.start_timeout) as server:
-            asyncio.run(_run_cell(server.url, Cell(batching, 1), min(2.0, args.duration), 20, args.client_timeout))  # warm-up
-            for clients in args.concurrency:
+    with contextlib.ExitStack() as stack:
+        servers: dict[bool, ServerProcess] = {}
+        for batching in args.modes:
+            settings = {
+                "JEVMEM_CONTROLLER": args.controller,
+                "JEVMEM_CONTROLLER_OPTIONS": json.dumps(args.controller_options),
+                "JEVMEM_BATCHING": "on" if batching else "off",
+                "JEVMEM_MAX_BATCH_SIZE": str(args.max_batch_size),
+                "JEVMEM_MAX_WAIT_MS": str(args.max_wait_ms),
+                "JEVMEM_QUEUE_SIZE": str(args.queue_size),
+                "JEVMEM_REQUEST_TIMEOUT_S": str(args.request_timeout),
+            }
+            print(f"# starting server ({args.controller}, batching {'on' if batching else 'off'}) ...", file=sys.stderr, flush=True)
+            servers[batching] = stack.enter_context(ServerProcess(settings, args.start_timeout))
+            asyncio.run(_run_cell(servers[batching].url, Cell(batching, 1), min(2.0, args.duration), 20, args.client_timeout))  # warm-up
+        for clients in args.concurrency:
+            for batching, server in servers.items():
                 cell = Cell(batching, clients)
                 before = _batch_stats(server.url)
                 asyncio.run(_run_cell(server.url, cell, args.duration, args.max_requests, args.client_timeout))

@@ -235,7 +235,7 @@ def fit(
     completed = True
     bar = _progress(range(start_step + 1, config.steps + 1), progress, start_step, config.steps)
     model.train()
-    with log_path.open("a", encoding="utf-8") as log_file:
+    with log_path.open("a", encoding="utf-8", buffering=1) as log_file:  # line-buffered: tail -f works
         for step in bar:
             t0 = time.perf_counter()
             chosen = [requests[i] for i in sampler.indices(step)]

@@ -149,9 +149,10 @@ def run_conversation(
             run.link_status[status] = run.link_status.get(status, 0) + 1
             node_of[turn.dia_id] = result.node_id
             if can_inspect and turn.dia_id in partners:
-                earlier = [node_of[e] for e in partners[turn.dia_id]]
-                for e_dia, found in zip(partners[turn.dia_id], _candidate_hits(engine, result.node_id, earlier).values()):
-                    hits[(e_dia, turn.dia_id)] = found
+                found = _candidate_hits(engine, result.node_id, [node_of[e] for e in partners[turn.dia_id]])
+                for e_dia in partners[turn.dia_id]:
+                    if node_of[e_dia] in found:
+                        hits[(e_dia, turn.dia_id)] = found[node_of[e_dia]]
             if on_step is not None:
                 on_step()
         run.build_s = sum(run.write_ms) / 1000.0  # the writes alone, not the write-quality probes

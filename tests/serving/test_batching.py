@@ -230,12 +230,12 @@ def test_tuner_backs_off_when_batches_cost_more_and_reprobes() -> None:
 
     tuner = BatchTuner(32, min_samples=2, reprobe=5)
     assert tuner.cap == 2  # slow start
-    tuner.observe(1, 0.10)
+    tuner.observe(1, 0.10, 100)
     for _ in range(3):
-        tuner.observe(2, 0.30)  # 1.5x dearer per request in a batch
+        tuner.observe(2, 0.30, 200)  # 1.5x dearer per token in a batch
     assert tuner.cap == 1
     for _ in range(5):
-        tuner.observe(1, 0.10)
+        tuner.observe(1, 0.10, 100)
     assert tuner.cap == 2  # re-probe
 
 
@@ -243,10 +243,12 @@ def test_tuner_grows_the_cap_while_full_batches_pay() -> None:
     from serving.batching import BatchTuner
 
     tuner = BatchTuner(32, min_samples=2)
-    tuner.observe(1, 0.10)
+    tuner.observe(1, 0.10, 100)
     for _ in range(20):
-        tuner.observe(tuner.cap, 0.02 * tuner.cap)
+        tuner.observe(tuner.cap, 0.02 * tuner.cap, 100 * tuner.cap)
+    assert tuner.cap == 32
+    tuner.observe(1, 0.01, 100)  # a short request alone: cheap per call, the same per token
     assert tuner.cap == 32
     for _ in range(10):
-        tuner.observe(3, 0.5)  # batches dearer per request than single calls: back off
+        tuner.observe(3, 0.5, 300)  # batches dearer per token than single calls: back off
     assert tuner.cap < 32
