@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 import threading
 import warnings
 from collections.abc import Iterator
@@ -103,6 +104,11 @@ def save_artifact(
         "head_layout": _head_layout(),
         "bert_config": _bert_config(model),
     }
+    for stale in (out / "encoder.safetensors", out / "adapter"):  # a previous save of the other kind
+        if stale.is_dir():
+            shutil.rmtree(stale)
+        elif stale.exists():
+            stale.unlink()
     if has_adapter:
         with _quiet_peft():
             model.bert.save_pretrained(str(out / "adapter"))
@@ -129,7 +135,10 @@ def artifact_hash(model_dir: str | Path) -> str:
     files: list[Path] = []
     for name in _HASHED:
         p = root / name
-        files.extend(sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p] if p.exists() else [])
+        if p.is_dir():  # the adapter: its config and weights (not the README peft writes beside them)
+            files.extend(sorted(x for x in p.rglob("*") if x.is_file() and x.suffix in (".json", ".safetensors")))
+        elif p.exists():
+            files.append(p)
     if not (root / "config.json").exists():
         raise ArtifactError(f"{root} is not a model directory (no config.json)")
     h = hashlib.sha256()
@@ -245,26 +254,23 @@ def _bert_config(model: PackedCrossEncoder) -> dict[str, Any]:
 
 def _base_model(base: Path, *, seed: int = 0) -> PackedCrossEncoder:
     """BertModel from `base` (config.json + model.safetensors, pooler dropped) with fixed-seed heads."""
-    from transformers import BertConfig
+    from controller.torch_model import PackedCrossEncoder
 
-    config = BertConfig.from_json_file(str(base / "config.json"))
-    return _full_model(config.to_dict(), base / BASE_WEIGHTS, seed=seed)
+    try:
+        return PackedCrossEncoder.from_base(base, seed=seed)
+    except (OSError, ValueError) as error:
+        raise ArtifactError(f"cannot load the base model in {base}: {error}") from error
 
 
-def _full_model(bert_config: dict[str, Any], weights: Path, *, seed: int = 0) -> PackedCrossEncoder:
-    from safetensors.torch import load_file
+def _full_model(bert_config: dict[str, Any], weights: Path) -> PackedCrossEncoder:
     from transformers import BertConfig
 
     from controller.torch_model import PackedCrossEncoder
 
-    model = PackedCrossEncoder.from_config(BertConfig(**bert_config), seed=seed)
-    # Old checkpoints also carry the pooler (unused here) and the `position_ids` buffer (rebuilt by BertModel).
-    skip = ("pooler.", "embeddings.position_ids")
-    state = {k.removeprefix("bert."): v for k, v in load_file(str(weights)).items() if not k.removeprefix("bert.").startswith(skip)}
-    missing, unexpected = model.bert.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise ArtifactError(f"{weights}: missing {missing[:5]}, unexpected {unexpected[:5]}")
-    return model
+    try:
+        return PackedCrossEncoder.from_weights(BertConfig(**bert_config), weights)
+    except ValueError as error:
+        raise ArtifactError(str(error)) from error
 
 
 def _with_adapter(model: PackedCrossEncoder, adapter_dir: Path) -> PackedCrossEncoder:

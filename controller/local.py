@@ -139,6 +139,7 @@ class LocalBackend:
     def _torch_runner(self, threads: int | None, device: str | None) -> Any:
         import torch
 
+        from controller.onnx_runtime import flush_denormals
         from controller.torch_model import to_tensors
 
         if threads:
@@ -150,6 +151,7 @@ class LocalBackend:
         model = self._loaded.model.to(device).eval()
 
         def run(batch: PackedBatch) -> np.ndarray:
+            flush_denormals()
             with torch.inference_mode():
                 return model(**to_tensors(batch.arrays(), device)).float().cpu().numpy()
 
@@ -157,7 +159,7 @@ class LocalBackend:
 
     def _onnx_runner(self, threads: int | None, device: str | None, quantize: bool, method: str, spinning: bool) -> Any:
         from controller.errors import ParityError
-        from controller.onnx_runtime import create_session, ensure_graph
+        from controller.onnx_runtime import create_session, ensure_graph, flush_denormals
 
         loaded = self._loaded
         graph = ensure_graph(loaded.model, loaded.model_hash, self._tokenizer, method=method)  # type: ignore[arg-type]
@@ -172,6 +174,7 @@ class LocalBackend:
         lock = self._lock
 
         def run(batch: PackedBatch) -> np.ndarray:
+            flush_denormals()
             with lock:  # one inference at a time: the session's threads are already all the cores we use
                 return session.run(["logits"], batch.arrays())[0]
 

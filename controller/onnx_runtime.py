@@ -181,9 +181,28 @@ def create_session(path: str | Path, *, threads: int | None = 2, device: str | N
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3
+    # Masked attention entries underflow to denormals; on x86 they slow the Attention kernel down about 2x.
+    # This flushes them to zero on ORT's own threads and the creating thread (see `flush_denormals`).
+    options.add_session_config_entry("session.set_denormal_as_zero", "1")
     if not spinning:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(path), options, providers=providers)
+
+
+_FLUSHED = threading.local()
+
+
+def flush_denormals() -> None:
+    """Flush-to-zero / denormals-are-zero on the calling thread (MXCSR is per thread), once per thread.
+
+    onnxruntime sets it for its pool threads, but the thread that calls `run` does part of the work too.
+    Denormals this small (< 1.2e-38) never change a probability.
+    """
+    if not getattr(_FLUSHED, "done", False):
+        import torch
+
+        torch.set_flush_denormal(True)
+        _FLUSHED.done = True
 
 
 def verify_session(session: Any, model: PackedCrossEncoder, tokenizer: TemplateTokenizer, atol: float = DEFAULT_ATOL) -> float:

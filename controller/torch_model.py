@@ -126,15 +126,27 @@ class PackedCrossEncoder(nn.Module):
     @classmethod
     def from_base(cls, path: str | Path | None = None, *, seed: int = 0) -> PackedCrossEncoder:
         """Pretrained BERT weights from `path` (default: the installed base model) with fresh heads."""
-        from transformers import BertModel
+        from transformers import BertConfig
 
         if path is None:
             from controller.embedding import base_model_path
 
             path = base_model_path()
-        bert = BertModel.from_pretrained(str(path), add_pooling_layer=False, local_files_only=True)
-        model = cls(bert)
-        init_heads(model, seed=seed)
+        config = BertConfig.from_json_file(str(Path(path) / "config.json"))
+        return cls.from_weights(config, Path(path) / "model.safetensors", seed=seed)
+
+    @classmethod
+    def from_weights(cls, config: BertConfig, weights: str | Path, *, seed: int = 0) -> PackedCrossEncoder:
+        """BERT weights from a safetensors file (with or without a `bert.` prefix) and fixed-seed heads."""
+        from safetensors.torch import load_file
+
+        model = cls.from_config(config, seed=seed)
+        # Checkpoints may carry the pooler (unused here) and the `position_ids` buffer (rebuilt by BertModel).
+        skip = ("pooler.", "embeddings.position_ids")
+        state = {k.removeprefix("bert."): v for k, v in load_file(str(weights)).items() if not k.removeprefix("bert.").startswith(skip)}
+        missing, unexpected = model.bert.load_state_dict(state, strict=False)
+        if missing or unexpected:
+            raise ValueError(f"{weights} does not fit the BERT config: missing {missing[:5]}, unexpected {unexpected[:5]}")
         return model.eval()
 
 

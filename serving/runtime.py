@@ -117,6 +117,7 @@ class Runtime:
 
     async def start(self) -> None:
         settings = self.settings
+        self.stopping = False
         if self.backend is None:
             self.backend = await asyncio.to_thread(create_backend, settings.controller, **settings.controller_options)
             self._owns_backend = True

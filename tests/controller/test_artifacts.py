@@ -8,14 +8,14 @@ import pytest
 import torch
 
 from controller.artifacts import ArtifactMeta, add_lora, artifact_hash, load_artifact, load_untrained, save_artifact
+from controller.backend import BackendRequest
 from controller.calibration import Calibration, save_calibration
 from controller.errors import ArtifactError, CalibrationMismatchError
-from controller.packing import make_batches
-from controller.backend import BackendRequest
 from controller.families import family_questions
+from controller.packing import make_batches
 from controller.questions import normalize_questions
 from controller.template import tokenize_request
-from controller.torch_model import to_tensors
+from controller.torch_model import PackedCrossEncoder, to_tensors
 from tests.controller.conftest import pair_state
 
 
@@ -73,9 +73,7 @@ def test_broken_directories_raise_artifact_error(tiny_artifact, tmp_path) -> Non
 
 
 def test_lora_adapter_is_saved_small_and_merged_on_load(tiny_base_dir, tokenizer, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from controller.artifacts import _base_model
-
-    model = add_lora(_base_model(tiny_base_dir))
+    model = add_lora(PackedCrossEncoder.from_base(tiny_base_dir))
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "lora_B" in name:
@@ -95,9 +93,7 @@ def test_lora_adapter_is_saved_small_and_merged_on_load(tiny_base_dir, tokenizer
 
 
 def test_adapter_on_other_base_weights_is_refused(tiny_base_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from controller.artifacts import _base_model
-
-    save_artifact(add_lora(_base_model(tiny_base_dir)), tmp_path / "a", base_path=tiny_base_dir)
+    save_artifact(add_lora(PackedCrossEncoder.from_base(tiny_base_dir)), tmp_path / "a", base_path=tiny_base_dir)
     other = tmp_path / "other-base"
     shutil.copytree(tiny_base_dir, other)
     from safetensors.torch import load_file, save_file

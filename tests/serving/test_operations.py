@@ -133,3 +133,21 @@ def test_metric_primitives() -> None:
     lines = h.render()
     assert 'h_bucket{le="1"} 1' in lines and 'h_bucket{le="2"} 2' in lines and 'h_bucket{le="+Inf"} 3' in lines
     assert "h_sum 5" in lines and "h_count 3" in lines
+
+
+def test_public_api_is_curated() -> None:
+    import serving
+
+    assert serving.__all__ == ["Settings", "create_app"]
+    from serving.server import BackgroundServer, run
+
+    assert callable(run) and callable(BackgroundServer)
+
+
+def test_importing_serving_loads_no_model_runtime() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, serving, serving.app, serving.loadbench; print(sorted(m for m in ('torch', 'onnxruntime', 'transformers') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert out.strip() == "[]"
