@@ -93,18 +93,11 @@ def check_parity(graph: str | bytes | Any, model: PackedCrossEncoder, inputs: Se
         (got,) = session.run(["logits"], batch.arrays())
         if not np.all(np.isfinite(got)):
             raise ParityError("the exported graph produced non-finite logits", max_abs_diff=float("inf"), atol=atol)
-        valid = _valid_markers(batch)
+        valid = batch.valid_markers()
         worst = max(worst, float(np.abs(got - ref)[valid].max(initial=0.0)))
     if worst > atol:
         raise ParityError(f"exported graph differs from torch by {worst:.3g} (tolerance {atol:g})", max_abs_diff=worst, atol=atol)
     return worst
-
-
-def _valid_markers(batch: PackedBatch) -> np.ndarray:
-    """(B, M) bool: marker slots that belong to a row (slot 0 always; later slots when their position > 0)."""
-    valid = batch.marker_positions > 0
-    valid[:, 0] = True
-    return valid
 
 
 def _plain_session(graph: str | bytes) -> Any:

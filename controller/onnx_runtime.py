@@ -8,6 +8,8 @@ int8 (`quantize_dynamic`, weights int8 per channel, activations quantized per te
 used after two checks on fixed requests: logits within `int8_atol` of the fp32 graph, and answers independent
 of what else is in the sequence or the batch (within `invariance_atol`). A per-tensor activation scale is
 shared by every token of a batch, so the second check is expected to fail; `ParityError` reports by how much.
+(Per-token scales do not rescue it: fp32 noise of 1e-7 from a different sequence length still flips roundings,
+measured 6e-3 on the logits, and the extra quantise ops ate the speed-up.)
 """
 
 from __future__ import annotations
@@ -121,7 +123,7 @@ def _build_int8(tokenizer: TemplateTokenizer, path: Path, fp32_path: Path, metho
         _quantize(fp32_path, tmp)
         int8 = create_session(tmp, threads=2, device="cpu")
         ref = create_session(fp32_path, threads=2, device="cpu")
-        diff = max(float(np.abs(_run(int8, b) - _run(ref, b))[_valid(b)].max(initial=0.0)) for b in parity_batches(tokenizer))
+        diff = max(float(np.abs(_run(int8, b) - _run(ref, b))[b.valid_markers()].max(initial=0.0)) for b in parity_batches(tokenizer))
         inv = invariance_max_diff(lambda b: _run(int8, b), parity_requests(tokenizer), "packed")
         if diff > int8_atol or inv > invariance_atol:
             raise ParityError(
@@ -212,12 +214,6 @@ def verify_session(session: Any, model: PackedCrossEncoder, tokenizer: TemplateT
 
 def _run(session: Any, batch: PackedBatch) -> np.ndarray:
     return session.run(["logits"], batch.arrays())[0]
-
-
-def _valid(batch: PackedBatch) -> np.ndarray:
-    valid = batch.marker_positions > 0
-    valid[:, 0] = True
-    return valid
 
 
 def _tmp_path(path: Path) -> Path:

@@ -53,6 +53,13 @@ class PackedBatch:
     def shape(self) -> tuple[int, int]:
         return self.input_ids.shape  # type: ignore[return-value]
 
+    def valid_markers(self) -> np.ndarray:
+        """(B, M) bool: marker slots that belong to a readout (a used slot never sits at position 0, except
+        the first slot of an N-pair row, which is always used)."""
+        valid = self.marker_positions > 0
+        valid[:, 0] = True
+        return valid
+
 
 INPUT_NAMES: tuple[str, ...] = (
     "input_ids",
