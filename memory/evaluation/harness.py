@@ -15,7 +15,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,8 @@ class EvalConfig:
     cache: bool = True  # on-disk embedding cache ($JEVMEM_CACHE) for the dense baseline
     engine_cache: bool = False  # the same cache for the engine: faster reruns, but hides embedding cost
     threads: int = 1  # torch / onnxruntime threads (MiniLM, local controller); >1 thrashes on busy shared cores
+    max_turns: int | None = None  # quick / timing runs: the first N turns of each conversation and the
+    #                               questions whose gold turns all lie among them (not the reference protocol)
 
     def __post_init__(self) -> None:
         for name in self.systems:
@@ -76,6 +78,8 @@ class EvalConfig:
             raise ValueError(f"store must be 'memory' or 'sqlite', got {self.store!r}")
         if self.query_k < max(self.ks):
             raise ValueError(f"query_k ({self.query_k}) must cover the largest k ({max(self.ks)})")
+        if self.max_turns is not None and self.max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
         if self.bootstrap_draws < 1 or self.rrf_k < 1 or self.dense_weight < 0 or self.threads < 1:
             raise ValueError("bootstrap_draws, rrf_k and threads must be >= 1 and dense_weight >= 0")
 
@@ -101,6 +105,14 @@ class EvalReport:
     systems: dict[str, SystemResult]
     seconds: float = 0.0
     notes: dict[str, Any] = field(default_factory=dict)
+
+
+def truncate(conversation: Conversation, max_turns: int) -> Conversation:
+    """The first `max_turns` turns and the questions answerable from them alone."""
+    turns = conversation.turns[:max_turns]
+    kept = {t.dia_id for t in turns}
+    questions = tuple(q for q in conversation.questions if q.evidence and set(q.evidence) <= kept)
+    return replace(conversation, turns=turns, questions=questions)
 
 
 def scored_questions(conversation: Conversation) -> list[Question]:
@@ -238,6 +250,8 @@ def run_locomo(
     started = time.perf_counter()
     if not conversations:
         raise ValueError("no conversations to evaluate")
+    if config.max_turns is not None:
+        conversations = [truncate(c, config.max_turns) for c in conversations]
     ids = tuple(c.sample_id for c in conversations)
     base_embedder = embedder
     if base_embedder is None and any(s in ("dense", "rrf") for s in config.systems):

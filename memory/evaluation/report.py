@@ -98,7 +98,9 @@ def to_markdown(report: EvalReport) -> str:
         "",
         f"Conversations: {', '.join(report.conversations)}; {report.questions} questions with valid evidence; "
         f"every system returns at most {cfg.query_k} items; baselines rank every turn (date style "
-        f"`{cfg.date_style}`, RRF k={cfg.rrf_k}, dense weight {cfg.dense_weight}); {report.seconds:.0f} s in all.",
+        f"`{cfg.date_style}`, RRF k={cfg.rrf_k}, dense weight {cfg.dense_weight}); {report.seconds:.0f} s in all."
+        + (f" **Only the first {cfg.max_turns} turns of each conversation** (a quick run, not the protocol)."
+           if cfg.max_turns else ""),
         "",
         "## Headline (categories 1-5)",
         "",
@@ -140,7 +142,7 @@ def to_markdown(report: EvalReport) -> str:
 def _reference_check(report: EvalReport) -> list[str]:
     """Measured minus reference for the flat baselines, when the run covers exactly the dev conversations."""
     rows = []
-    if tuple(sorted(report.conversations)) == DEV_CONVERSATIONS:
+    if tuple(sorted(report.conversations)) == DEV_CONVERSATIONS and report.config.max_turns is None:
         for name, ref in REFERENCE.items():
             result = report.systems.get(name)
             if result is None or result.table is None:

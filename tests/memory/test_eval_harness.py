@@ -16,7 +16,7 @@ from data.locomo import Conversation, load_locomo
 from memory.evaluation import EvalConfig, run_locomo, to_markdown, write_report
 from memory.evaluation.baselines import Ranking, bm25_rank, bm25_text, dense_rank, dense_text, rrf_fuse
 from memory.evaluation.cache import CachedEmbedder
-from memory.evaluation.harness import scored_questions
+from memory.evaluation.harness import scored_questions, truncate
 from memory.evaluation.jevmem import evidence_pairs
 from memory.types import Evidence, LinkStatus, Observation, QueryResult, WriteResult
 from tests.memory.eval_fixtures import write_locomo
@@ -194,3 +194,13 @@ def test_config_is_validated() -> None:
         EvalConfig(store="postgres")
     with pytest.raises(ValueError, match="no conversations"):
         run_locomo([], EvalConfig(systems=("bm25",)))
+
+
+def test_max_turns_keeps_the_questions_the_prefix_answers(convs: list[Conversation]) -> None:
+    short = truncate(convs[0], 4)
+    assert [t.dia_id for t in short.turns] == ["D1:1", "D1:2", "D1:3", "D1:4"]
+    assert [q.question for q in short.questions] == ["What did Melanie paint?", "Would Caroline enjoy the pottery class?",
+                                                    "What did Caroline paint?"]
+    report = run_locomo(convs, EvalConfig(systems=("bm25",), max_turns=4, bootstrap_draws=10))
+    assert report.questions == 4  # 3 in conv-26, 1 in conv-30 ("Why did Jon ..." needs D2:2: dropped)
+    assert "Only the first 4 turns" in to_markdown(report)
