@@ -148,18 +148,26 @@ def _progress(total: int, desc: str) -> Any:
     return tqdm(total=total, desc=desc, unit="obs", disable=not sys.stderr.isatty(), leave=False)
 
 
+def _load_locomo(path: str, **options: Any) -> list[Any]:
+    from data.locomo import load_locomo
+
+    try:
+        return load_locomo(path, **options)
+    except (KeyError, TypeError, AttributeError, IndexError) as error:
+        raise UsageError(f"{path} (or its audit file) does not look like LoCoMo data: {type(error).__name__} {error}") from error
+
+
 # ---------------------------------------------------------------------------------------------- commands
 def cmd_ingest(args: argparse.Namespace) -> int:
     if args.jsonl:
         observations = list(read_jsonl(Path(args.jsonl)))
     else:
-        from data.locomo import load_locomo
         from memory.evaluation.jevmem import observation_of
 
         wanted = (args.conversation,) if args.conversation else None
-        convs = load_locomo(args.locomo, conversations=wanted)
+        convs = _load_locomo(args.locomo, conversations=wanted)
         if not convs:
-            available = ", ".join(c.sample_id for c in load_locomo(args.locomo))
+            available = ", ".join(c.sample_id for c in _load_locomo(args.locomo))
             raise UsageError(f"no conversation {args.conversation!r} in {args.locomo} (available: {available})")
         if len(convs) > 1:
             raise UsageError(f"{args.locomo} holds {len(convs)} conversations; pick one with --conversation "
@@ -246,7 +254,6 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from data.locomo import load_locomo
     from memory.evaluation import EvalConfig, run_locomo, to_markdown, write_report
 
     if args.systems and args.controller:
@@ -254,7 +261,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     controllers = args.controller or ["heuristic"]
     systems = [s.strip() for s in args.systems.split(",") if s.strip()] if args.systems else \
         ["bm25", "dense", "rrf", *(f"jevmem-{c}" for c in controllers)]
-    convs = load_locomo(args.data, audit=args.audit, conversations=tuple(args.conversations) if args.conversations else None)
+    convs = _load_locomo(args.data, audit=args.audit, conversations=tuple(args.conversations) if args.conversations else None)
     if args.conversations:
         missing = sorted(set(args.conversations) - {c.sample_id for c in convs})
         if missing:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import numpy as np
 
+from controller.families import memory_text
 from controller.lexical import tokenize
 from memory.store.errors import EmbeddingError
 from memory.types import Node
@@ -45,9 +48,14 @@ def entity_keys(node: Node) -> list[str]:
     return sorted({entity_key(e) for e in node.entities if entity_key(e)})
 
 
-def index_text(content: str) -> str:
-    """What the lexical index holds for a node: its `tokenize` tokens joined by spaces."""
-    return " ".join(tokenize(content))
+def index_text(content: str, when: datetime | None = None) -> str:
+    """What the lexical index holds for a node: the `tokenize` tokens of its dated text
+    (`[8 May 2023] Speaker: text`, as the controller sees it), so questions naming a month or a year match."""
+    return " ".join(tokenize(memory_text(content, when)))
+
+
+def node_time(node: Node) -> datetime | None:
+    return node.event_time or node.observed_at
 
 
 def query_tokens(query: str) -> list[str]:

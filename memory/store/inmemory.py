@@ -21,6 +21,7 @@ from memory.store._common import (
     entity_key,
     entity_keys,
     index_text,
+    node_time,
     normalised,
     normalised_rows,
     query_tokens,
@@ -119,7 +120,7 @@ class InMemoryStore:
         self._by_seq[node.seq] = node.id
         for key in entity_keys(node):
             self._by_entity.setdefault(key, set()).add(node.id)
-        tf = Counter(index_text(node.content).split())
+        tf = Counter(index_text(node.content, node_time(node)).split())
         self._tf[node.id] = tf
         for term in tf:
             self._postings.setdefault(term, set()).add(node.id)

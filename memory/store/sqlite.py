@@ -19,7 +19,7 @@ import numpy as np
 
 from memory.store import sqlite_check as maintenance
 from memory.store import sqlite_schema as schema
-from memory.store._common import as_embedding, entity_key, entity_keys, fts_query, index_text
+from memory.store._common import as_embedding, entity_key, entity_keys, fts_query, index_text, node_time
 from memory.store.errors import (
     DuplicateNodeError,
     NodeNotFoundError,
@@ -137,8 +137,8 @@ class SQLiteStore:
         row = self._conn.execute("SELECT seq FROM nodes WHERE id = ?", (node_id,)).fetchone()
         return None if row is None else int(row[0])
 
-    def _index_text(self, seq: int, content: str) -> None:
-        self._conn.execute("INSERT INTO nodes_fts (rowid, body) VALUES (?, ?)", (seq, index_text(content)))
+    def _index_text(self, node: Node, seq: int) -> None:
+        self._conn.execute("INSERT INTO nodes_fts (rowid, body) VALUES (?, ?)", (seq, index_text(node.content, node_time(node))))
 
     def _index_entities(self, node: Node) -> None:
         maintenance.insert_entities(self._conn, node.id, node.seq, entity_keys(node))
@@ -159,7 +159,7 @@ class SQLiteStore:
                 f"INSERT INTO nodes ({schema.NODE_COLUMNS}, embedding) VALUES ({', '.join('?' * 15)})",
                 schema.node_row(node, vec),
             )
-            self._index_text(node.seq, node.content)
+            self._index_text(node, node.seq)
             self._index_entities(node)
             self._vectors.add(node.seq, vec)
             schema.bump_vector_generation(self._conn)
@@ -195,7 +195,7 @@ class SQLiteStore:
             sets = ", ".join(f"{c} = ?" for c in columns)
             self._conn.execute(f"UPDATE nodes SET {sets} WHERE id = ?", (*values, node.id))
             self._conn.execute("DELETE FROM nodes_fts WHERE rowid = ?", (seq,))
-            self._index_text(seq, node.content)
+            self._index_text(node, seq)
             self._conn.execute("DELETE FROM node_entities WHERE node_id = ?", (node.id,))
             self._index_entities(node)
             if vec is not None:

@@ -62,8 +62,11 @@ def rebuild_fts(conn: sqlite3.Connection) -> None:
     """Drop the FTS5 table (whatever state it is in) and fill it again from `nodes`."""
     conn.execute("DROP TABLE IF EXISTS nodes_fts")
     conn.execute(schema.FTS_DDL)
-    for rows in pages(conn, "SELECT seq, content FROM nodes"):
-        conn.executemany("INSERT INTO nodes_fts (rowid, body) VALUES (?, ?)", [(s, index_text(c)) for s, c in rows])
+    for rows in pages(conn, "SELECT seq, content, event_time, observed_at FROM nodes"):
+        conn.executemany(
+            "INSERT INTO nodes_fts (rowid, body) VALUES (?, ?)",
+            [(s, index_text(c, schema.parse_time(e or o))) for s, c, e, o in rows],
+        )
 
 
 def insert_entities(conn: sqlite3.Connection, node_id: str, seq: int, keys: list[str]) -> None:

@@ -126,7 +126,7 @@ def _time(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
-def _parse_time(value: str | None) -> datetime | None:
+def parse_time(value: str | None) -> datetime | None:
     return None if value is None else datetime.fromisoformat(value)
 
 
@@ -158,8 +158,8 @@ def row_node(row: sqlite3.Row | tuple[Any, ...]) -> Node:
     return Node(
         id=node_id,
         content=content,
-        observed_at=_parse_time(observed_at),
-        event_time=_parse_time(event_time),
+        observed_at=parse_time(observed_at),
+        event_time=parse_time(event_time),
         speaker=speaker,
         source_ids=tuple(json.loads(source_ids)),
         entities=tuple(json.loads(entities)),

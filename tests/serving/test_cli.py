@@ -111,6 +111,15 @@ def test_ingest_locomo_needs_one_conversation(tmp_path: Path, capsys: pytest.Cap
     assert "D2:1" in sources
 
 
+def test_not_locomo_data_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "other.json"
+    data.write_text(json.dumps([{"sample_id": "conv-1"}]), encoding="utf-8")
+    code, _, err = run(capsys, "eval", "locomo", "--data", str(data), "--systems", "bm25")
+    assert code == 2 and "does not look like LoCoMo data" in err
+    code, _, err = run(capsys, "eval", "locomo", "--data", str(tmp_path / "missing.json"), "--systems", "bm25")
+    assert code == 2 and "missing.json" in err
+
+
 def test_eval_locomo_writes_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JEVMEM_CACHE", str(tmp_path / "cache"))
     data, audit = write_locomo(tmp_path)
