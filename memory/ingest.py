@@ -1,8 +1,9 @@
 """Turn input files into observations: JSONL (one observation per line) and LoCoMo conversations.
 
-JSONL fields: `text` (or `content`, required), `speaker`, `id` (kept as provenance), `observed_at` and
-`event_time` (ISO 8601), `entities` (list), `metadata` (object). When a speaker is given and the text does not
-already start with it, the stored content is `Speaker: text`, the form LoCoMo turns take.
+JSONL fields: `text` or `content` (required, non-empty), `speaker`, `id` (one provenance id) or
+`source_ids` (a string or a list), `observed_at` and `event_time` (ISO 8601), `entities` (list),
+`metadata` (object). Unknown fields are refused, so a typo never silently drops data. When a speaker is given
+and the text does not already start with it, the stored content is `Speaker: text`, the form LoCoMo turns take.
 """
 
 from __future__ import annotations
@@ -17,36 +18,41 @@ from memory.errors import InvalidObservationError
 from memory.types import Observation
 
 if TYPE_CHECKING:
-    from data.locomo import Conversation
+    from data.locomo import Conversation, Turn
+
+FIELDS = frozenset({"text", "content", "speaker", "id", "source_ids", "observed_at", "event_time", "entities", "metadata"})
 
 
 def observation_from_record(record: dict[str, Any], *, where: str = "record") -> Observation:
+    """Validate one JSON object into an Observation (errors name `where`)."""
+    unknown = sorted(set(record) - FIELDS)
+    if unknown:
+        raise InvalidObservationError(f"{where}: unknown field(s) {', '.join(unknown)}")
     text = record.get("text", record.get("content"))
     if not isinstance(text, str) or not text.strip():
-        raise InvalidObservationError(f"{where}: needs a non-empty 'text'")
-    speaker = record.get("speaker")
-    if speaker is not None and not isinstance(speaker, str):
-        raise InvalidObservationError(f"{where}: 'speaker' must be a string")
+        raise InvalidObservationError(f"{where}: needs a non-empty 'content' (or 'text')")
+    speaker = _typed(record, "speaker", (str, type(None)), where)
+    sources = record["id"] if "id" in record else record.get("source_ids", ())
+    if isinstance(sources, int) and not isinstance(sources, bool):
+        sources = str(sources)
+    if not isinstance(sources, (str, list, tuple)):
+        raise InvalidObservationError(f"{where}: 'id' / 'source_ids' must be a string or a list")
+    entities = _typed(record, "entities", (list, type(None)), where)
+    metadata = _typed(record, "metadata", (dict, type(None)), where) or {}
     content = f"{speaker}: {text}" if speaker and not text.startswith(f"{speaker}:") else text
-    source = record.get("id", record.get("source_ids", ()))
-    source_ids = (str(source),) if isinstance(source, (str, int)) else tuple(str(s) for s in source)
-    entities = record.get("entities")
-    metadata = record.get("metadata") or {}
-    if not isinstance(metadata, dict):
-        raise InvalidObservationError(f"{where}: 'metadata' must be an object")
     return Observation(
         content=content,
         observed_at=_time(record.get("observed_at"), where, "observed_at"),
         event_time=_time(record.get("event_time"), where, "event_time"),
         speaker=speaker,
-        source_ids=source_ids,
-        entities=tuple(str(e) for e in entities) if isinstance(entities, list) else None,
-        metadata=metadata,
+        source_ids=(sources,) if isinstance(sources, str) else tuple(str(s) for s in sources),
+        entities=None if entities is None else tuple(str(e) for e in entities),
+        metadata=dict(metadata),
     )
 
 
 def read_jsonl(path: str | Path) -> Iterator[Observation]:
-    """Observations from a JSONL file, validated line by line (errors name the line)."""
+    """Observations from a JSONL file, validated line by line (blank lines skipped; errors name the line)."""
     with Path(path).open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
@@ -54,25 +60,34 @@ def read_jsonl(path: str | Path) -> Iterator[Observation]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as error:
-                raise InvalidObservationError(f"{path}:{number}: invalid JSON ({error.msg})") from error
+                raise InvalidObservationError(f"{path}:{number}: not valid JSON ({error.msg})") from error
             if not isinstance(record, dict):
-                raise InvalidObservationError(f"{path}:{number}: each line must be a JSON object")
+                raise InvalidObservationError(f"{path}:{number}: expected a JSON object")
             yield observation_from_record(record, where=f"{path}:{number}")
 
 
+def turn_observation(turn: Turn) -> Observation:
+    """The LoCoMo protocol for one turn: `Speaker: text [shares caption]`, event time = the session date,
+    provenance = the turn's dia_id."""
+    return Observation(
+        content=turn.memory_text(),
+        observed_at=turn.date,
+        event_time=turn.date,
+        speaker=turn.speaker,
+        source_ids=(turn.dia_id,),
+    )
+
+
 def locomo_observations(conversation: Conversation) -> list[Observation]:
-    """The LoCoMo protocol: turn by turn, `Speaker: text [shares caption]`, event time = the session date,
-    provenance = the turn's dia_id. Questions, observations and summaries are never ingested."""
-    return [
-        Observation(
-            content=turn.memory_text(),
-            observed_at=turn.date,
-            event_time=turn.date,
-            speaker=turn.speaker,
-            source_ids=(turn.dia_id,),
-        )
-        for turn in conversation.turns
-    ]
+    """Every turn in order. Questions, observations and summaries are never ingested."""
+    return [turn_observation(turn) for turn in conversation.turns]
+
+
+def _typed(record: dict[str, Any], name: str, allowed: tuple[type, ...], where: str) -> Any:
+    value = record.get(name)
+    if not isinstance(value, allowed):
+        raise InvalidObservationError(f"{where}: '{name}' has the wrong type ({type(value).__name__})")
+    return value
 
 
 def _time(value: object, where: str, name: str) -> datetime | None:
@@ -83,4 +98,4 @@ def _time(value: object, where: str, name: str) -> datetime | None:
     try:
         return datetime.fromisoformat(value)
     except ValueError as error:
-        raise InvalidObservationError(f"{where}: '{name}' is not ISO 8601: {value!r}") from error
+        raise InvalidObservationError(f"{where}: '{name}' is not an ISO 8601 time: {value!r}") from error

@@ -22,7 +22,7 @@ import logging
 import os
 import sqlite3
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass
 from datetime import datetime
 from enum import Enum
@@ -32,14 +32,10 @@ from typing import Any
 from controller.errors import ControllerError
 from memory.errors import MemoryEngineError
 from memory.store.errors import StoreError
-from memory.types import Observation
 
 log = logging.getLogger(__name__)
 
 USER_ERRORS: tuple[type[BaseException], ...] = (ControllerError, MemoryEngineError, StoreError, OSError, ValueError)
-_JSONL_FIELDS = {"content", "text", "observed_at", "event_time", "speaker", "source_ids", "entities", "metadata"}
-
-
 class UsageError(ValueError):
     """A command line that cannot be carried out as written."""
 
@@ -61,52 +57,6 @@ def _jsonable(value: Any) -> Any:
 
 def _dump(value: Any) -> None:
     print(json.dumps(_jsonable(value), indent=2, ensure_ascii=False))
-
-
-def _time(value: Any, where: str, name: str) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        return datetime.fromisoformat(str(value))
-    except ValueError as error:
-        raise UsageError(f"{where}: {name} is not an ISO 8601 time: {value!r}") from error
-
-
-def read_jsonl(path: Path) -> Iterator[Observation]:
-    """Observations from a JSONL file (blank lines skipped); errors name the line."""
-    with path.open(encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise UsageError(f"{path}:{line_no}: not valid JSON ({error.msg})") from error
-            if not isinstance(row, dict):
-                raise UsageError(f"{path}:{line_no}: expected a JSON object")
-            unknown = sorted(set(row) - _JSONL_FIELDS)
-            if unknown:
-                raise UsageError(f"{path}:{line_no}: unknown field(s) {', '.join(unknown)}")
-            content = row.get("content", row.get("text"))
-            if not isinstance(content, str) or not content.strip():
-                raise UsageError(f"{path}:{line_no}: needs a non-empty 'content'")
-            sources = row.get("source_ids", [])
-            entities = row.get("entities")
-            metadata = row.get("metadata") or {}
-            kinds = {"speaker": (row.get("speaker"), (str, type(None))), "source_ids": (sources, (str, list)),
-                     "entities": (entities, (list, type(None))), "metadata": (metadata, dict)}
-            for name, (value, allowed) in kinds.items():
-                if not isinstance(value, allowed):
-                    raise UsageError(f"{path}:{line_no}: '{name}' has the wrong type ({type(value).__name__})")
-            yield Observation(
-                content=content,
-                observed_at=_time(row.get("observed_at"), f"{path}:{line_no}", "observed_at"),
-                event_time=_time(row.get("event_time"), f"{path}:{line_no}", "event_time"),
-                speaker=row.get("speaker"),
-                source_ids=(sources,) if isinstance(sources, str) else tuple(str(s) for s in sources),
-                entities=None if entities is None else tuple(str(e) for e in entities),
-                metadata=dict(metadata),
-            )
 
 
 def stored_embedder(db: Path) -> str | None:
@@ -160,9 +110,11 @@ def _load_locomo(path: str, **options: Any) -> list[Any]:
 # ---------------------------------------------------------------------------------------------- commands
 def cmd_ingest(args: argparse.Namespace) -> int:
     if args.jsonl:
+        from memory.ingest import read_jsonl
+
         observations = list(read_jsonl(Path(args.jsonl)))
     else:
-        from memory.evaluation.jevmem import observation_of
+        from memory.ingest import locomo_observations
 
         wanted = (args.conversation,) if args.conversation else None
         convs = _load_locomo(args.locomo, conversations=wanted)
@@ -172,7 +124,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         if len(convs) > 1:
             raise UsageError(f"{args.locomo} holds {len(convs)} conversations; pick one with --conversation "
                              f"({', '.join(c.sample_id for c in convs)}): one memory per conversation")
-        observations = [observation_of(t) for t in convs[0].turns]
+        observations = locomo_observations(convs[0])
     with open_engine(args, create=True) as engine, _progress(len(observations), "ingest") as bar:
         pending = 0
         for obs in observations:

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from data.locomo import Conversation, Question
 from memory.evaluation.metrics import Item
+from memory.ingest import turn_observation
 from memory.types import EdgeOrigin, Observation, QueryResult, WriteResult
 
 log = logging.getLogger(__name__)
@@ -81,16 +82,6 @@ def evidence_pairs(conversation: Conversation, questions: Iterable[Question]) ->
     return list(pairs)
 
 
-def observation_of(turn: Any) -> Observation:
-    return Observation(
-        content=turn.memory_text(),
-        observed_at=turn.date,
-        event_time=turn.date,
-        speaker=turn.speaker,
-        source_ids=(turn.dia_id,),
-    )
-
-
 def _candidate_hits(engine: Any, node_id: str, earlier_ids: Sequence[str]) -> dict[str, dict[str, bool]]:
     """Re-run write-time candidate discovery for `node_id`; hits for each earlier node id."""
     from memory.candidates import discover_candidates
@@ -139,7 +130,7 @@ def run_conversation(
         can_inspect = write_quality and hasattr(engine, "store") and hasattr(engine, "config")
         for turn in conversation.turns:
             t0 = time.perf_counter()
-            result = engine.write(observation_of(turn))
+            result = engine.write(turn_observation(turn))
             run.write_ms.append((time.perf_counter() - t0) * 1000.0)
             run.write_timings.append(dict(result.timings_ms))
             run.write_candidates.append(result.candidates)

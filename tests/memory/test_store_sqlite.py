@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from memory.store import InMemoryStore, SQLiteStore, StoreConfigError, StoreCorruptionError, open_store

@@ -4,13 +4,11 @@ import copy
 import json
 import shutil
 
-import numpy as np
 import pytest
 import torch
 
 from training.errors import CheckpointError
-from training.predict import predict
-from training.sampling import BalancedSampler, collate, label_tensors, prepare_requests
+from training.sampling import collate, label_tensors, prepare_requests
 from training.trainer import FitConfig, fit, latest_checkpoint, lr_factor
 
 FAST = dict(tokens_per_step=700, lr=5e-3, head_lr=5e-2, threads=1, warmup=0.1)

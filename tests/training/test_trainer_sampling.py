@@ -5,7 +5,6 @@ from collections import Counter
 import numpy as np
 import torch
 
-from controller.packing import make_batches
 from training.predict import predict
 from training.sampling import BalancedSampler, cap_states, collate, noul_as_choice, prepare_requests
 
