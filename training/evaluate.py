@@ -5,7 +5,7 @@ Every question gives one *reliability pair* (confidence, outcome) and its scores
 - Noul: p = P(true). Accuracy: (p >= 0.5) == (target >= 0.5); NLL: binary cross-entropy against the target;
   Brier: (p - target)^2; reliability pair (p, target), i.e. the calibration of P(true) itself; AUROC over
   p with target >= 0.5 as the positive class.
-- Choice / Score: p over the options. Accuracy: argmax p == argmax target; NLL: -sum t log p; Brier:
+- Choice / Score: p over the options. Accuracy: the argmax of p has the largest target mass (ties allowed); NLL: -sum t log p; Brier:
   sum (p - t)^2 over the options; reliability pair (max p, target mass on the argmax), i.e. top-label
   confidence.
 
@@ -99,7 +99,8 @@ def question_scores(kind: str, p: np.ndarray, target: Sequence[float]) -> tuple[
         return float((q >= 0.5) == (y >= 0.5)), nll, (q - y) ** 2, q, y
     top = int(np.argmax(p))
     nll = -float(np.sum(t * np.log(np.clip(p, _EPS, 1.0))))
-    return float(top == int(np.argmax(t))), nll, float(np.sum((p - t) ** 2)), float(p[top]), float(t[top])
+    correct = float(t[top] >= t.max() - 1e-9)  # tied targets (0.5 / 0.5): either top option is right
+    return correct, nll, float(np.sum((p - t) ** 2)), float(p[top]), float(t[top])
 
 
 def compute_metrics(kinds: Sequence[str], probs: Sequence[np.ndarray], targets: Sequence[Sequence[float]]) -> Metrics:

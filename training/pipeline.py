@@ -126,6 +126,7 @@ def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
     from training.sampling import cap_states, prepare_requests
 
     torch.set_num_threads(cfg.fit.threads)
+    (cfg.model / "calibration.json").unlink(missing_ok=True)  # refitting: the old one may belong to another hash
     loaded = _load(cfg)
     examples = cap_states(_examples(cfg, "calibration"), cfg.calibration_states, seed=cfg.fit.seed, by_source=False)
     requests, _ = prepare_requests(examples, _tokenizer(cfg), max_questions=cfg.max_questions)

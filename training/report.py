@@ -148,7 +148,9 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         "",
         "## Held-out results (LoCoMo dev conv-26/30 + synthetic test shard)",
         "",
-        "Noul ECE is the calibration of P(true); Choice ECE uses top-label confidence; 15 bins. `raw` = T=1, `cal` = calibrated.",
+        "Noul ECE is the calibration of P(true); Choice ECE uses top-label confidence; 15 bins. `raw` = T=1, `cal` = calibrated. "
+        "A family's AUROC pools its Noul questions, so it also rewards knowing which question has the higher base rate; "
+        "the per-question AUROC (metrics.json, `heldout.per_question`) is the one that measures judgment of the state.",
         "",
         family_table(held.get("by_family", {})) if held.get("by_family") else "(no evaluation recorded)",
         "",

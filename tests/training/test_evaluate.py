@@ -36,6 +36,9 @@ def test_question_scores_brier_and_nll() -> None:
     correct, nll, brier, conf, outcome = question_scores("choice", np.array([0.5, 0.3, 0.2]), (0.0, 1.0, 0.0))
     assert correct == 0.0 and conf == 0.5 and outcome == 0.0
     assert nll == pytest.approx(-math.log(0.3)) and brier == pytest.approx(0.25 + 0.49 + 0.04)
+    # a tied target: either of its top options counts as correct, whatever the option order
+    assert question_scores("choice", np.array([0.1, 0.6, 0.3]), (0.5, 0.0, 0.5))[0] == 0.0
+    assert question_scores("choice", np.array([0.1, 0.3, 0.6]), (0.5, 0.0, 0.5))[0] == 1.0
 
 
 def test_compute_metrics_mixes_kinds() -> None:

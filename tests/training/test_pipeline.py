@@ -70,6 +70,21 @@ def test_refitting_forgets_measurements_of_the_old_model(pipeline_run, tmp_path)
     assert set(metrics["stages_seconds"]) == {"fit"} and metrics["heldout"] == {}
 
 
+def test_calibrate_replaces_a_calibration_of_another_model(pipeline_run, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import shutil
+    from dataclasses import replace
+
+    from controller.artifacts import artifact_hash
+    from controller.calibration import Calibration, save_calibration
+
+    cfg, _ = pipeline_run
+    model = tmp_path / "model"
+    shutil.copytree(cfg.model, model)
+    save_calibration(Calibration({"noul": 3.0}, "another-model"), model / "calibration.json")
+    run_stage(replace(cfg, model_dir=str(model), run_dir=str(tmp_path / "run"), data_dir=str(cfg.data)), "calibrate")
+    assert json.loads((model / "calibration.json").read_text())["model_hash"] == artifact_hash(model)
+
+
 def test_stages_refuse_to_run_without_their_inputs(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from training.errors import PipelineError
 
