@@ -11,14 +11,7 @@ from pathlib import Path
 
 import pytest
 
-TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37)
-
-
-@pytest.fixture(scope="session")
-def tokenizer():  # type: ignore[no-untyped-def]
-    from controller.template import get_tokenizer
-
-    return get_tokenizer()
+from tests.conftest import TINY
 
 
 @pytest.fixture(scope="session")
@@ -46,16 +39,6 @@ def _tiny_model(tiny_base):  # type: ignore[no-untyped-def]
 @pytest.fixture()
 def tiny_model(_tiny_model):  # type: ignore[no-untyped-def]
     return copy.deepcopy(_tiny_model)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def jevmem_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Graphs built by tests go to a temp cache, never to ~/.cache or the repo."""
-    path = tmp_path_factory.mktemp("jevmem-cache")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("JEVMEM_CACHE", str(path))
-    yield path
-    mp.undo()
 
 
 @pytest.fixture(scope="session")
