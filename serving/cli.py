@@ -20,7 +20,6 @@ import argparse
 import json
 import logging
 import os
-import sqlite3
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass
@@ -59,27 +58,14 @@ def _dump(value: Any) -> None:
     print(json.dumps(_jsonable(value), indent=2, ensure_ascii=False))
 
 
-def stored_embedder(db: Path) -> str | None:
-    """The embedder an existing store was built with (read from its `meta` table), else None."""
-    if not db.is_file():
-        return None
-    try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        try:
-            row = conn.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        return None
-    return str(row[0]) if row and row[0] else None
-
-
 def open_engine(args: argparse.Namespace, *, create: bool = False) -> Any:
     from memory.engine import Engine
 
     db = Path(args.db)
     if not create and not db.is_file():
         raise UsageError(f"no memory store at {db} (create one with `jevmem ingest --db {db} ...`)")
+    from memory.store.sqlite_schema import stored_embedder
+
     embedder = args.embedder or stored_embedder(db) or "hashing"
     return Engine.open(db, controller=args.controller, embedder=embedder, config=_engine_config(args.config))
 

@@ -89,6 +89,21 @@ def _set_meta(conn: sqlite3.Connection, key: str, value: object) -> None:
     conn.execute(sql, (key, str(value)))
 
 
+def stored_embedder(path: str | Path) -> str | None:
+    """The embedder an existing store file was built with (read-only), else None (no file, no store, no name)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            return _meta(conn, "embedder") or None
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+
+
 def check_meta(conn: sqlite3.Connection, path: Path, dim: int, embedder: str | None) -> str | None:
     """Record the settings of a new store, or check them against an existing one. Returns the embedder name."""
     version = _meta(conn, "schema_version")
