@@ -23,18 +23,9 @@ from controller.backend import BackendRequest
 from controller.families import family_questions
 from controller.questions import normalize_questions
 
-_MEMORY_A = {
-    "id": "m-0412",
-    "content": "Caroline: I went to the LGBTQ support group yesterday and it was so powerful, the stories really inspired me.",
-    "timestamp": "2023-05-08T13:56:00",
-    "entities": ["Caroline", "LGBTQ support group"],
-}
-_MEMORY_B = {
-    "id": "m-0388",
-    "content": "Caroline: I'm researching adoption agencies, I want to give a child a loving home.",
-    "timestamp": "2023-05-25T10:12:00",
-    "entities": ["Caroline", "adoption agencies"],
-}
+# Pair states as the engine builds them (`memory.control.memory_state`): the dated memory text.
+_MEMORY_A = "[8 May 2023] Caroline: I went to the LGBTQ support group yesterday and it was so powerful, the stories really inspired me."
+_MEMORY_B = "[25 May 2023] Caroline: I'm researching adoption agencies, I want to give a child a loving home."
 _EVIDENCE = [
     "[8 May 2023] Caroline: I went to the LGBTQ support group yesterday.",
     "[25 May 2023] Caroline: I'm researching adoption agencies.",
@@ -54,15 +45,6 @@ def request_mix() -> dict[str, BackendRequest]:
         "routing": req({"query": "When did Caroline go to the LGBTQ support group, and what did she decide afterwards?"}, "routing"),
         "stopping": req({"query": "What did Caroline research after the support group?", "evidence": _EVIDENCE, "depth": 2}, "stopping"),
     }
-
-
-def lean_pair() -> BackendRequest:
-    """The pair request without criteria texts (instructions and option names only): an extra column that
-    shows how latency scales with question length; not part of the EVALUATION.md mix or its totals."""
-    lean = {}
-    for name, q in family_questions("pair").items():
-        lean[name] = {k: v for k, v in q.items() if k != "criteria"} if q["type"] == "noul" else {**q, "criteria": {o: None for o in q["criteria"]}}
-    return BackendRequest({"memory_a": _MEMORY_A, "memory_b": _MEMORY_B}, tuple(normalize_questions(lean).values()))
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -89,7 +71,7 @@ def run_bench(
     if model_dir is None and (DEFAULT_MODEL_DIR / "config.json").exists():
         model_dir = str(DEFAULT_MODEL_DIR)
     loaded = load_artifact(model_dir) if model_dir else load_untrained()
-    mix = {**request_mix(), "pair-lean*": lean_pair()}
+    mix = request_mix()
     core = [r for r in mix if not r.endswith("*")]
     variants: dict[str, LocalBackend] = {}
     for method in export_methods:
@@ -140,7 +122,6 @@ def run_bench(
         }
     for name, value in drift.items():
         printer(f"{name}: max |logit change| from packing / batching = {value:.3g} (fp32: ~1e-6); not safe to serve unchecked")
-    printer("* pair-lean: the pair request without criteria texts, for scale only; questions/s covers the other four")
     summary["invariance"] = check_invariance({k: v for k, v in variants.items() if "int8" not in k}, mix)
     for vname, diff in summary["invariance"].items():
         printer(f"invariance {vname}: max |probability diff| (reordered, duplicated, alone, batched; keys never reach the model) = {diff:.2e}")

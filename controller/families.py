@@ -42,30 +42,24 @@ def _noul(instructions: str, true: str | None = None, false: str | None = None) 
     return q
 
 
+# Wording is compact on purpose: every branch costs tokens on every request (the pair request is about
+# 290 packed tokens). Criteria are kept only where they separate a near miss from the real thing.
 TYPING = Family(
     "typing",
     ("observation",),
     {
         "episodic": _noul(
-            "Does state.observation describe a specific event or experience that happened at a particular time?",
-            "It reports something that happened, was done or was experienced on some occasion.",
-            "It is a general fact, habit, instruction or opinion with no particular occasion.",
+            "Does state.observation report a specific event or experience on some occasion?",
+            None,
+            "a general fact, habit, instruction or opinion",
         ),
         "semantic": _noul(
-            "Does state.observation state a general fact about a person, thing or the world that stays true beyond one moment?",
-            "It states a lasting fact (identity, relationship, job, possession, attribute).",
-            "It only reports a passing event, a greeting, or a feeling of the moment.",
+            "Does state.observation state a lasting fact about a person, thing or the world?",
+            "identity, relationship, job, possession, attribute",
+            "a passing event, greeting or momentary feeling",
         ),
-        "procedural": _noul(
-            "Does state.observation describe how to do something: steps, a method, a routine or a skill?",
-            "It explains a procedure, method, recipe or routine.",
-            "It does not explain how something is done.",
-        ),
-        "preference": _noul(
-            "Does state.observation express what someone likes, dislikes, wants or prefers?",
-            "It states a preference, taste, wish or aversion.",
-            "It states no preference.",
-        ),
+        "procedural": _noul("Does state.observation explain how to do something: steps, a method or a routine?"),
+        "preference": _noul("Does state.observation express what someone likes, dislikes, wants or prefers?"),
     },
 )
 
@@ -74,41 +68,29 @@ PAIR = Family(
     ("memory_a", "memory_b"),
     {
         "semantic": _noul(
-            "Are state.memory_a and state.memory_b about the same topic, person, object or event, so that reading one helps understand the other?",
-            "They share a specific subject: the same event, plan, object, person's situation or topic.",
-            "They only share general vocabulary, the same speaker, or the same broad domain.",
+            "Are state.memory_a and state.memory_b about the same specific subject?",
+            None,
+            "only the same speaker or broad domain",
         ),
-        "causal": _noul(
-            "Did what state.memory_b describes cause, enable or motivate what state.memory_a describes?",
-            "memory_b is a reason, cause or precondition of memory_a.",
-            "There is no cause-effect link in that direction.",
-        ),
-        "same_episode": _noul(
-            "Do state.memory_a and state.memory_b belong to the same episode: one event, activity or conversation thread?",
-            "They describe parts of one and the same episode.",
-            "They describe different episodes, even if similar.",
-        ),
+        "causal": _noul("Did state.memory_b's event cause, enable or motivate state.memory_a's event?"),
+        "same_episode": _noul("Are state.memory_a and state.memory_b parts of one episode (event, activity or thread)?"),
         "entity_equivalence": _noul(
-            "Do the differently named entities in state.memory_a and state.memory_b refer to the same real person, place or thing?",
-            "The names or descriptions co-refer (alias, nickname, pronoun resolved, same object).",
-            "They are different entities, even if similar or in the same category.",
+            "Do differently named entities in state.memory_a and state.memory_b refer to the same real one?",
+            None,
+            "similar but different",
         ),
-        "update": _noul(
-            "Does state.memory_a update, correct or change a fact stated in state.memory_b?",
-            "memory_a gives newer information that changes or replaces what memory_b says.",
-            "memory_a does not change what memory_b says.",
-        ),
+        "update": _noul("Does state.memory_a update or correct a fact stated in state.memory_b?"),
         "temporal": {
             "type": "choice",
-            "instructions": "How is the event in state.memory_a placed in time relative to the event in state.memory_b?",
+            "instructions": "When did state.memory_a's event happen relative to state.memory_b's?",
             "criteria": {
-                "before": "memory_a's event happened before memory_b's event.",
-                "after": "memory_a's event happened after memory_b's event.",
-                "during": "memory_a's event happened during memory_b's event.",
-                "contains": "memory_a's event spans memory_b's event.",
-                "overlaps": "The two events partly overlap in time.",
-                "same_time": "Both events happened at the same time.",
-                "unknown": "The texts do not say how the events are ordered.",
+                "before": None,
+                "after": None,
+                "during": None,
+                "contains": "a spans b",
+                "overlaps": "partly",
+                "same_time": None,
+                "unknown": "order not stated",
             },
         },
     },
@@ -118,34 +100,18 @@ CONSOLIDATION = Family(
     "consolidation",
     ("memory_a", "memory_b"),
     {
-        "redundant": _noul(
-            "Does state.memory_a repeat the information of state.memory_b without adding anything new?",
-            "Everything memory_a says is already in memory_b.",
-            "memory_a adds information memory_b lacks.",
-        ),
-        "contradiction": _noul(
-            "Do state.memory_a and state.memory_b make claims that cannot both be true?",
-            "They contradict each other.",
-            "They are compatible.",
-        ),
-        "obsolete": _noul(
-            "Is state.memory_b outdated because state.memory_a reports a later state of the same fact?",
-            "memory_b's fact no longer holds given memory_a.",
-            "memory_b is still current.",
-        ),
-        "link_useful": _noul(
-            "Would a reader answering questions about state.memory_a benefit from a link to state.memory_b?",
-            "The link would help answer questions that need both.",
-            "The link would add noise.",
-        ),
+        "redundant": _noul("Does state.memory_a only repeat what state.memory_b says, adding nothing new?"),
+        "contradiction": _noul("Do state.memory_a and state.memory_b make claims that cannot both be true?"),
+        "obsolete": _noul("Is state.memory_b outdated because state.memory_a reports a later state of the same fact?"),
+        "link_useful": _noul("Would a link from state.memory_a to state.memory_b help answer questions needing both?"),
         "representation": {
             "type": "choice",
-            "instructions": "How should state.memory_a and state.memory_b be represented in memory?",
+            "instructions": "How should state.memory_a and state.memory_b be kept in memory?",
             "criteria": {
-                "keep_separate": "They are unrelated enough to keep apart without a link.",
-                "link": "Keep both and link them.",
-                "merge_summary": "Keep both and add a summary node that merges them.",
-                "supersede": "memory_a supersedes memory_b; keep both and mark memory_b as superseded.",
+                "keep_separate": "apart, no link",
+                "link": "both, linked",
+                "merge_summary": "both plus a merged summary",
+                "supersede": "memory_b marked superseded",
             },
         },
     },
@@ -155,36 +121,19 @@ ROUTING = Family(
     "routing",
     ("query",),
     {
-        "semantic": _noul(
-            "Does answering state.query need memories that are about the same topic as the query, found by meaning?",
-            "Topical similarity will find the evidence.",
-            "Topical similarity alone will not help.",
-        ),
+        "semantic": _noul("Can memories on the same topic as state.query, found by meaning, answer it?"),
         "temporal": _noul(
-            "Does state.query ask about time: when something happened, the order of events, or a duration?",
-            "It asks when, how long ago, before/after, or how long.",
-            "Time is not what it asks about.",
+            "Does state.query ask about time: when, in what order, or how long?",
+            "when, how long ago, before/after, duration",
         ),
-        "causal": _noul(
-            "Does state.query ask why something happened, or what it led to?",
-            "It asks for a reason, cause, motivation or consequence.",
-            "It does not ask about causes or effects.",
-        ),
-        "entity": _noul(
-            "Does state.query center on a specific named person, place, object or organisation whose mentions should be gathered?",
-            "Collecting the mentions of a specific entity will answer it.",
-            "No single entity is central.",
-        ),
+        "causal": _noul("Does state.query ask why something happened, or what it led to?"),
+        "entity": _noul("Does state.query center on one named person, place, object or organisation?"),
         "multi_hop": _noul(
-            "Does answering state.query need several separate memories combined, rather than a single one?",
-            "The answer must combine two or more memories (lists, comparisons, inferences, counts).",
-            "One memory contains the whole answer.",
+            "Does answering state.query need several separate memories combined?",
+            "lists, comparisons, inferences, counts",
+            "one memory holds the whole answer",
         ),
-        "recency": _noul(
-            "Does state.query care about the latest or current state of something, so newer memories matter more?",
-            "It asks about the current, latest or most recent situation.",
-            "Older memories are as useful as newer ones.",
-        ),
+        "recency": _noul("Does state.query ask about the latest or current state of something?"),
     },
 )
 
@@ -194,14 +143,10 @@ RELEVANCE = Family(
     {
         "relevant": _noul(
             "Does state.memory contain information that helps answer state.query?",
-            "It states part of the answer or evidence the answer depends on.",
-            "It does not help answer the query, even if it shares words with it.",
+            "part of the answer or evidence it depends on",
+            "shares words but does not help",
         ),
-        "bridge": _noul(
-            "Does state.memory mention a person, event or detail that points to where more evidence for state.query can be found?",
-            "It is a useful stepping stone toward the answer.",
-            "It leads nowhere useful for the query.",
-        ),
+        "bridge": _noul("Does state.memory point to where more evidence for state.query can be found?"),
     },
 )
 
@@ -209,26 +154,10 @@ STOPPING = Family(
     "stopping",
     ("query", "evidence", "depth"),
     {
-        "evidence_sufficient": _noul(
-            "Do the items in state.evidence together contain everything needed to answer state.query?",
-            "A careful reader could answer the query from the evidence alone.",
-            "Some needed fact is missing.",
-        ),
-        "continue_useful": _noul(
-            "Given state.evidence gathered at retrieval depth state.depth, is another retrieval round likely to find useful new evidence for state.query?",
-            "More searching is likely to add needed evidence.",
-            "More searching is unlikely to help.",
-        ),
-        "missing_evidence": _noul(
-            "Does state.query refer to something that none of the items in state.evidence mentions?",
-            "A needed person, event or detail is absent from the evidence.",
-            "Everything the query mentions is covered.",
-        ),
-        "contradiction": _noul(
-            "Do items in state.evidence contradict each other about what state.query asks?",
-            "They give conflicting answers.",
-            "They agree or do not overlap.",
-        ),
+        "evidence_sufficient": _noul("Do the items in state.evidence together contain everything needed to answer state.query?"),
+        "continue_useful": _noul("Given state.evidence at depth state.depth, would another retrieval round likely find needed evidence for state.query?"),
+        "missing_evidence": _noul("Does state.query mention something that no item in state.evidence covers?"),
+        "contradiction": _noul("Do items in state.evidence contradict each other about state.query?"),
     },
 )
 

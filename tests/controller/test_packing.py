@@ -45,7 +45,7 @@ def test_packed_row_layout_and_attention_rule(tokenizer) -> None:  # type: ignor
 
 def test_batches_sort_pad_and_map_back(tokenizer) -> None:  # type: ignore[no-untyped-def]
     toks = [_tok(tokenizer, "pair"), _tok(tokenizer, "typing", {"observation": "hi"}), _tok(tokenizer, "routing", {"query": "when?"})]
-    batches, readout = make_batches(toks, max_batch_tokens=100_000)
+    batches, readout = make_batches(toks, max_batch_tokens=100_000, max_padding=1.0)
     assert len(batches) == 1 and batches[0].shape[0] == 3
     b = batches[0]
     lengths = (b.question_ids >= 0).sum(axis=1)
@@ -53,8 +53,13 @@ def test_batches_sort_pad_and_map_back(tokenizer) -> None:  # type: ignore[no-un
     assert (b.question_ids[b.input_ids == 0] == -1).all()  # pads are never attended by real tokens
     seen = {w for req in readout.index for q in req for w in q}
     assert len(seen) == sum(len(q.options) or 1 for t in toks for q in t.questions)
-    split, _ = make_batches(toks, max_batch_tokens=1)
+    split, _ = make_batches(toks, max_batch_tokens=1, max_padding=1.0)
     assert len(split) == 3
+    ragged, _ = make_batches(toks, max_batch_tokens=100_000)  # default: at most 10% padding per batch
+    for batch in ragged:
+        real = int((batch.question_ids >= 0).sum())
+        assert batch.shape[0] * batch.shape[1] - real <= 0.1 * batch.shape[0] * batch.shape[1]
+    assert len(ragged) > 1  # these three lengths differ by far more than 10%
 
 
 def test_npair_rows_are_plain_cross_encoder_sequences(tokenizer) -> None:  # type: ignore[no-untyped-def]
