@@ -83,11 +83,30 @@ _TIME_MENTION = ht.cue_pattern([*ht.MONTHS, *ht.WEEKDAYS, "yesterday", "today", 
 _YEAR = re.compile(r"\b(?:19|20)\d\d\b")
 
 
-def _entity_hit(query_entities: Sequence[str], names: frozenset[str], text: str, speaker: str | None) -> float:
+# A query name met only as the memory's speaker counts this much (1 = like a name in the text). Adversarial
+# questions name the other speaker, so a speaker-only match is weaker evidence than a name in the text.
+SPEAKER_MATCH = 1.0
+# Whether the `Speaker:` prefix's name counts towards the memory's coverage of the query's words.
+SPEAKER_COVERS = True
+
+
+def _body(text: str, speaker: str | None) -> str:
+    """The text without its `Speaker:` prefix (when it names `speaker`)."""
+    head, sep, rest = text.partition(":")
+    return rest if sep and speaker and head.strip().lower() == speaker else text
+
+
+def _entity_hit(query_entities: Sequence[str], names: frozenset[str], text: str, speaker: str | None,
+                speaker_match: float = 1.0) -> float:
     if not query_entities:
         return 0.0
-    low = text.lower()
-    hits = sum(1 for e in query_entities if e in names or e == speaker or re.search(rf"\b{re.escape(e)}\b", low))
+    low = _body(text, speaker).lower()
+    hits = 0.0
+    for e in query_entities:
+        if e in names or re.search(rf"\b{re.escape(e)}\b", low):
+            hits += 1.0
+        elif e == speaker:
+            hits += speaker_match
     return hits / len(query_entities)
 
 
@@ -95,11 +114,12 @@ def relevance_logit(name: str, state: Mapping[str, object], sim: Similarity) -> 
     query = ht.content_of(state.get("query"))
     memory = read_memory(state.get("memory"))
     q_terms = ht.terms(query)
-    m_terms = list(memory.terms) + [t for e in sorted(memory.entities) for t in ht.terms(e)]
+    words = memory.terms if SPEAKER_COVERS else tuple(ht.terms(_body(memory.text, memory.speaker)))
+    m_terms = list(words) + [t for e in sorted(memory.entities) for t in ht.terms(e)]
     cover = ht.coverage(q_terms, m_terms)
     cosine = sim(query, memory.text)
     q_ents = ht.entities(query)
-    ent = _entity_hit(q_ents, memory.entities, memory.text, memory.speaker)
+    ent = _entity_hit(q_ents, memory.entities, memory.text, memory.speaker, SPEAKER_MATCH)
     if name == "relevant":
         timely = 0.5 if ht.count(_TEMPORAL, query) and (
             ht.count(_TIME_MENTION, memory.text) or _YEAR.search(memory.text) or memory.shifted

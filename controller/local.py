@@ -50,6 +50,7 @@ class LocalBackend:
         max_request_tokens: int = DEFAULT_MAX_REQUEST_TOKENS,
         max_sequence_tokens: int = DEFAULT_MAX_SEQUENCE_TOKENS,
         max_batch_tokens: int = 8192,
+        max_padding: float = 0.1,
         spinning: bool = True,
     ) -> None:
         if runtime not in ("onnx", "torch"):
@@ -62,7 +63,7 @@ class LocalBackend:
         self.runtime, self.encoding, self.quantized = runtime, encoding, False
         self._tokenizer = get_tokenizer(loaded.tokenizer_dir)
         self._limits = {"max_request_tokens": max_request_tokens}
-        self._batching = {"max_sequence_tokens": max_sequence_tokens, "max_batch_tokens": max_batch_tokens}
+        self._batching = {"max_sequence_tokens": max_sequence_tokens, "max_batch_tokens": max_batch_tokens, "max_padding": max_padding}
         self._lock = threading.Lock()
         self.graph: Any = None
         if runtime == "torch":

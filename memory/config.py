@@ -52,7 +52,8 @@ class EngineConfig:
     max_depth: int = 3  # depth = 1 + round(multi_hop * (max_depth - 1))
     # ---- read path: seeds
     n_seeds: int = 20  # seeds judged first (20 beat 10 and 15 on the conv-26/30 dev pair with the heuristic)
-    seed_pool: int = 50  # depth of each hybrid list; the pool also fills the ranking below the seeds
+    seed_pool: int = 50  # fused candidates kept; the pool also fills the ranking below the seeds
+    seed_depth: int = 1000  # depth of each hybrid list before fusion (the tail of a list still moves the head)
     dense_weight: float = 0.5  # RRF weight of the vector list (BM25 weighs 1), the reference baseline
     # ---- read path: traversal, judging and stopping
     expand_per_node: int = 6  # neighbours taken from one node per view and round (strongest edges first)
@@ -83,7 +84,7 @@ class EngineConfig:
             elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ConfigError(f"{f.name} must be a finite number, got {value!r}", f.name, value)
         positive = ("candidates_k", "channel_k", "rrf_k", "max_entities", "max_memory_chars", "consolidation_window",
-                    "expansion_budget", "max_depth", "n_seeds", "seed_pool", "stop_evidence_k", "max_evidence_chars",
+                    "expansion_budget", "max_depth", "n_seeds", "seed_pool", "seed_depth", "stop_evidence_k", "max_evidence_chars",
                     "expand_per_node", "answer_evidence_k")
         for name in positive:
             if getattr(self, name) < 1:
