@@ -99,6 +99,19 @@ def run_bench(
                 started = time.perf_counter()
                 backend.answer([request])
                 times[vname][rname].append(time.perf_counter() - started)
+    # The served configuration (ORT threads spin between kernels, the LocalBackend default) cannot be
+    # interleaved with the others without starving them, so it runs alone, after them.
+    served = "packed-ONNX served, alone"
+    alone = LocalBackend(loaded, runtime="onnx", encoding="packed", threads=threads, spinning=True)
+    times[served] = {r: [] for r in mix}
+    for request in mix.values():
+        alone.answer([request])
+    for _ in range(repeats):
+        for rname, request in mix.items():
+            started = time.perf_counter()
+            alone.answer([request])
+            times[served][rname].append(time.perf_counter() - started)
+    variants[served] = alone
 
     n_questions = {r: sum(q.n_options if q.kind != "noul" else 1 for q in req.questions) for r, req in mix.items()}
     n_keys = {r: len(req.questions) for r, req in mix.items()}
