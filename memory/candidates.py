@@ -1,4 +1,4 @@
-"""Write-time candidate discovery: four deterministic channels, weighted reciprocal-rank fusion, K_w cut.
+"""Write-time candidate discovery: five deterministic channels, weighted reciprocal-rank fusion, K_w cut.
 
 Candidate retrieval caps what pair judgment can discover, so the channels are kept and reported: the
 evaluation harness calls `discover_candidates` directly and measures recall per channel and fused.
@@ -7,6 +7,9 @@ evaluation harness calls `discover_candidates` directly and measures recall per 
     lexical   store.text_search(content)             BM25
     entity    store.nodes_with_entity(e) for each entity (a shared speaker alone does not count)
     temporal  store.nodes_near_time(seq, window)     nearest insertion steps
+    speaker   the vector and lexical hits told by the same speaker, fused with equal weights: 87 % of the
+              LoCoMo dev multi-hop evidence pairs share a speaker, so the filtered lists reach twice as deep
+              (shortlist recall of those pairs at K_w = 8: 0.35 with vector + lexical alone, 0.40 with it)
 
 fused score = sum over channels c of w_c / (rrf_k + rank_c + 1); ties break by the id's first appearance.
 """
@@ -23,7 +26,7 @@ from memory.entities import normalise_entity
 from memory.store.base import Store
 from memory.types import Node
 
-CHANNELS: tuple[str, ...] = ("vector", "lexical", "entity", "temporal")
+CHANNELS: tuple[str, ...] = ("vector", "lexical", "entity", "temporal", "speaker")
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,17 @@ def entity_channel(store: Store, entities: Sequence[str], k: int) -> list[str]:
     return sorted(counts, key=lambda i: (-counts[i], best[i]))[:k]
 
 
+def speaker_channel(store: Store, lists: Sequence[Sequence[str]], speaker: str | None, k: int, rrf_k: int) -> list[str]:
+    """The ids of `lists` whose node has `speaker` (case-insensitive), by unweighted RRF over the lists."""
+    if not speaker:
+        return []
+    wanted = speaker.strip().lower()
+    ids = list(dict.fromkeys(i for ids in lists for i in ids))
+    same = {n.id for n in store.get_nodes(ids) if n.speaker and n.speaker.strip().lower() == wanted}
+    ranked = {f"list{j}": [i for i in ids_ if i in same] for j, ids_ in enumerate(lists)}
+    return list(fuse(ranked, dict.fromkeys(ranked, 1.0), rrf_k))[:k]
+
+
 def linkable_entities(entities: Sequence[str], speaker: str | None, config: EngineConfig) -> list[str]:
     """Entities that may create entity edges / candidates (the speaker only when configured)."""
     if config.speaker_entity_edges or not speaker:
@@ -101,7 +115,11 @@ def discover_candidates(
         "temporal": store.nodes_near_time(seq, config.temporal_window) if config.w_temporal > 0 and config.temporal_window else [],
     }
     channels = {name: tuple([i for i in ids if i not in skip][:k]) for name, ids in raw.items()}
-    weights = {"vector": config.w_vector, "lexical": config.w_lexical, "entity": config.w_entity, "temporal": config.w_temporal}
+    channels["speaker"] = tuple(
+        speaker_channel(store, (channels["vector"], channels["lexical"]), speaker, k, config.rrf_k) if config.w_speaker > 0 else ()
+    )
+    weights = {"vector": config.w_vector, "lexical": config.w_lexical, "entity": config.w_entity,
+               "temporal": config.w_temporal, "speaker": config.w_speaker}
     scores = fuse(channels, weights, config.rrf_k)
     pool = tuple(scores)
     # Fill the shortlist from the pool, skipping summaries (observations are judged against observations).

@@ -19,12 +19,15 @@ from memory.errors import ConfigError
 class EngineConfig:
     # ---- write path: candidate discovery (deterministic, bounded)
     candidates_k: int = 8  # K_w: at most this many candidates reach pair judgment per write
-    channel_k: int = 20  # depth of each discovery channel before fusion
+    # Candidate discovery on the 6 LoCoMo dev conversations (multi-hop evidence pairs found in the K_w = 8
+    # shortlist): 0.331 with channel_k 20 and weights 1 / 1 / 0.7 / 0.5 and no speaker channel; 0.400 as below.
+    channel_k: int = 100  # depth of each discovery channel before fusion, and what the speaker channel filters
     w_vector: float = 1.0  # weighted reciprocal-rank fusion weights per channel
     w_lexical: float = 1.0
-    w_entity: float = 0.7
-    w_temporal: float = 0.5
-    rrf_k: int = 60  # the usual RRF constant
+    w_entity: float = 0.3  # with the speaker channel, entity / temporal at 0.7 / 0.5 kept fewer pairs (0.386)
+    w_temporal: float = 0.2
+    w_speaker: float = 1.0  # vector + lexical hits by the same speaker (0 turns the channel off)
+    rrf_k: int = 60  # candidate fusion: the usual RRF constant (10: 0.389, 5: 0.386 shortlist recall)
     temporal_window: int = 6  # temporal proximity channel: nodes within this many insertion steps
     # ---- write path: deterministic edges
     entity_edge_limit: int = 3  # `entity` edges per shared entity, to its most recent nodes
@@ -51,10 +54,14 @@ class EngineConfig:
     gamma: float = 2.0  # the rest is shared in proportion to p ** gamma
     max_depth: int = 3  # depth = 1 + round(multi_hop * (max_depth - 1))
     # ---- read path: seeds
-    n_seeds: int = 20  # seeds judged first (20 beat 10 and 15 on the conv-26/30 dev pair with the heuristic)
+    n_seeds: int = 20  # seeds judged first (20 beat 10 and 15 on the conv-26/30 dev pair; 30 and 50 no better on 6)
     seed_pool: int = 50  # fused candidates kept; the pool also fills the ranking below the seeds
-    seed_depth: int = 1000  # depth of each hybrid list before fusion (the tail of a list still moves the head)
-    dense_weight: float = 0.5  # RRF weight of the vector list (BM25 weighs 1), the reference baseline
+    seed_depth: int = 1000  # depth of each hybrid list before fusion
+    # Hybrid seeds = RRF(BM25 weight 1, vector weight dense_weight, k = seed_rrf_k). On the 6 LoCoMo dev
+    # conversations (seeds alone, R_frac@10): k 60 / weight 0.5 (the reference RRF baseline) 0.627; k 10 / 1.0
+    # 0.667; k 5 / 1.0 0.673; k 10 / 0.7 0.656; k 20 / 1.0 0.644; k 60 / 1.0 0.575 (large k lets list tails rule).
+    seed_rrf_k: int = 10
+    dense_weight: float = 1.0
     # ---- read path: traversal, judging and stopping
     expand_per_node: int = 6  # neighbours taken from one node per view and round (strongest edges first)
     tau_frontier: float = 0.5  # a judged node is expanded further when relevant or bridge reaches this
@@ -64,7 +71,11 @@ class EngineConfig:
     max_evidence_chars: int = 400  # per item in read-path states (longer items are cut and marked)
     # ---- read path: final ranking = seed_weight * structure + relevance_weight * (p_relevant - 0.5)
     seed_weight: float = 1.0
-    relevance_weight: float = 1.0  # tuned on the conv-26/30 dev pair (0.3 / 0.6 / 1.0 / 1.5 tried)
+    # 6 dev conversations, heuristic controller, seeds as above, R_frac@10 / multi-hop R_all@10: 0.1 0.668 / 0.128,
+    # 0.2 0.666 / 0.128, 0.3 0.667 / 0.128, 0.35 0.664 / 0.134, 0.5 0.658 / 0.140 (nDCG@10 rises with the weight);
+    # 1.0 cost ~0.03 with k = 60 seeds (a large weight lets the coarse relevance Noul undo good hybrid ranks)
+    relevance_weight: float = 0.35
+    tau_admit: float = 0.5  # a node found by traversal (not a seed) is ranked only when p_relevant exceeds this
     expand_decay: float = 0.8  # structure of an expanded node = decay * parent's structure * edge weight
     recency_weight: float = 0.0  # + recency_weight * p_recency * (position in time among the ranked nodes)
     superseded_penalty: float = 0.1  # - superseded_penalty * p_recency for a node another one superseded
@@ -83,26 +94,27 @@ class EngineConfig:
                     raise ConfigError(f"{f.name} must be an int, got {value!r}", f.name, value)
             elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ConfigError(f"{f.name} must be a finite number, got {value!r}", f.name, value)
-        positive = ("candidates_k", "channel_k", "rrf_k", "max_entities", "max_memory_chars", "consolidation_window",
+        positive = ("candidates_k", "channel_k", "rrf_k", "seed_rrf_k", "max_entities", "max_memory_chars", "consolidation_window",
                     "expansion_budget", "max_depth", "n_seeds", "seed_pool", "seed_depth", "stop_evidence_k", "max_evidence_chars",
                     "expand_per_node", "answer_evidence_k")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}", name, getattr(self, name))
-        non_negative = ("w_vector", "w_lexical", "w_entity", "w_temporal", "temporal_window", "entity_edge_limit",
+        non_negative = ("w_vector", "w_lexical", "w_entity", "w_temporal", "w_speaker", "temporal_window", "entity_edge_limit",
                         "consolidation_every", "consolidation_max_pairs", "min_view_budget", "gamma", "dense_weight",
                         "seed_weight", "relevance_weight", "recency_weight", "superseded_penalty")
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}", name, getattr(self, name))
         unit = ("tau_semantic", "tau_causal", "tau_same_episode", "tau_entity_equivalence", "tau_update",
-                "tau_temporal", "tau_representation", "tau_route", "tau_frontier", "tau_stop", "tau_continue", "expand_decay")
+                "tau_temporal", "tau_representation", "tau_route", "tau_frontier", "tau_stop", "tau_continue", "expand_decay",
+                "tau_admit")
         for name in unit:
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}", name, getattr(self, name))
         if self.seed_pool < self.n_seeds:
             raise ConfigError(f"seed_pool ({self.seed_pool}) must be >= n_seeds ({self.n_seeds})", "seed_pool", self.seed_pool)
-        if self.w_vector + self.w_lexical + self.w_entity + self.w_temporal <= 0:
+        if self.w_vector + self.w_lexical + self.w_entity + self.w_temporal + self.w_speaker <= 0:
             raise ConfigError("at least one candidate channel needs a positive weight", "w_vector", self.w_vector)
         if self.admission_enabled:
             raise ConfigError("admission filtering is not implemented; every valid observation is stored", "admission_enabled", True)
@@ -157,7 +169,7 @@ PRESETS: dict[str, EngineConfig] = {
     "fast": EngineConfig(candidates_k=4, channel_k=10, consolidation_every=0, expansion_budget=16, max_depth=2,
                          n_seeds=10, expand_per_node=4),
     # Wider candidate pools and deeper, larger traversals.
-    "thorough": EngineConfig(candidates_k=12, channel_k=30, temporal_window=10, entity_edge_limit=5,
+    "thorough": EngineConfig(candidates_k=12, channel_k=150, temporal_window=10, entity_edge_limit=5,
                              consolidation_every=10, consolidation_max_pairs=16, expansion_budget=80,
                              min_view_budget=6, max_depth=4, n_seeds=30, seed_pool=80, expand_per_node=8),
 }

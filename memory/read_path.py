@@ -1,15 +1,17 @@
 """The closed-loop read path: route -> seed -> (judge -> stop? -> expand)* -> rank.
 
     route   one request, six ROUTING Nouls -> active views, per-view budgets, depth   (memory/routing.py)
-    seed    hybrid RRF pool (BM25 + 0.5 x vector); the top n_seeds are judged first
+    seed    hybrid RRF pool (BM25 + dense_weight x vector, k = seed_rrf_k, lists seed_depth deep); the top
+            n_seeds are judged first
     judge   one batched call per round: relevant / bridge per new candidate          (memory/traversal.py)
     stop    one request per round: evidence_sufficient, continue_useful, missing_evidence, contradiction
     expand  from judged nodes with relevant or bridge >= tau_frontier, per active view, within its budget
-    rank    seed_weight * structure + relevance_weight * (p_relevant - 0.5)  [+ recency terms]
+    rank    seed_weight * structure + relevance_weight * (p_relevant - 0.5)  [+ recency terms]; seeds always,
+            a node found by traversal only when p_relevant > tau_admit
 
-With an uninformative controller (every probability 0.5) the relevance term vanishes and the ranking is the
-hybrid RRF order, except that an expanded node may enter below its parent (its structure is
-expand_decay x the parent's x the edge weight).
+With an uninformative controller (every probability 0.5) the relevance term vanishes and nothing found by
+traversal is admitted (0.5 does not exceed tau_admit = 0.5), so the ranking is the hybrid RRF order. An admitted
+node's structure is expand_decay x its parent's x the edge weight.
 If the controller fails, the query still returns the ranking built so far, with stopped_reason
 "controller_unavailable" and the error in the trace (never a silent substitute assessor).
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import replace
 
 from controller.embedding import Embedder
@@ -49,7 +51,10 @@ class _Tracer:
 
 
 def score(cand: Candidate, route: Route, config: EngineConfig, newest: int, oldest: int) -> float:
-    value = config.seed_weight * cand.structure
+    structure = cand.structure
+    if cand.reached > structure and cand.relevant is not None and cand.relevant > config.tau_admit:
+        structure = cand.reached  # the graph lifts a seed only once it is judged relevant (like tau_admit)
+    value = config.seed_weight * structure
     if cand.relevant is not None:
         value += config.relevance_weight * (cand.relevant - 0.5)
     recency = route.probabilities.get("recency", 0.0)
@@ -65,6 +70,13 @@ def rank(candidates: Sequence[Candidate], route: Route, config: EngineConfig) ->
     newest, oldest = (max(seqs), min(seqs)) if seqs else (0, 0)
     scored = [(c, score(c, route, config, newest, oldest)) for c in candidates]
     return sorted(scored, key=lambda cs: (-cs[1], -cs[0].structure, cs[0].node.seq))
+
+
+def admitted(candidates: Iterable[Candidate], seeded: Collection[str], config: EngineConfig) -> list[Candidate]:
+    """What the final ranking may hold: every seed, and a traversal find only once judged more relevant than
+    tau_admit (an unjudged, uninformative or weakly relevant neighbour never pushes a hybrid seed out)."""
+    return [c for c in candidates
+            if c.node.id in seeded or (c.relevant is not None and c.relevant > config.tau_admit)]
 
 
 def ask_stop(controller: Controller, query: str, ranked: Sequence[tuple[Candidate, float]], depth: int,
@@ -100,11 +112,13 @@ def run_query(
     route = Route({}, ("semantic",), {"semantic": 0}, 0)
     stopped = "depth"
     pool: dict[str, Candidate] = {}
+    seeded: set[str] = set()
     try:
         route = plan_route(ask_route(controller, query), config, budget)
         tracer.add("route", probabilities=route.probabilities, active=list(route.active), budgets=route.budgets, depth=route.depth)
         seeds = hybrid_seeds(store, embedder.embed([query])[0], query, config)
         pool = {c.node.id: c for c in seeds}
+        seeded.update(pool)
         round_nodes = seeds[: config.n_seeds]
         tracer.add("seed", pool=len(seeds), seeds=[c.node.id for c in round_nodes])
         left = dict(route.budgets)
@@ -140,8 +154,8 @@ def run_query(
             round_nodes = []
             for cand in found:
                 known = pool.get(cand.node.id)
-                if known is not None:  # a pool node reached through the graph: keep the better structure
-                    known.structure = max(known.structure, cand.structure)
+                if known is not None:  # a pool node reached through the graph: remember the path's structure
+                    known.reached = max(known.reached, cand.structure)
                     known.via, known.depth = cand.via, cand.depth
                     cand = known
                 pool[cand.node.id] = cand
@@ -157,7 +171,8 @@ def run_query(
         if not pool:
             seeds = hybrid_seeds(store, embedder.embed([query])[0], query, config)
             pool = {c.node.id: c for c in seeds}
-    ranked = rank(list(pool.values()), route, config)[:k]
+            seeded.update(pool)
+    ranked = rank(admitted(pool.values(), seeded, config), route, config)[:k]
     evidence = tuple(
         Evidence(c.node.id, c.node.content, s, c.node.source_ids, c.node.observed_at, c.node.speaker, c.via, c.depth)
         for c, s in ranked

@@ -44,7 +44,8 @@ def test_channels_are_reported_and_fused() -> None:
     text = "tomatoes from the garden"
     cs = discover_candidates(store, content=text, embedding=EMB.embed([text])[0], entities=("paris",), seq=5,
                              config=EngineConfig(temporal_window=2))
-    assert set(cs.channels) == {"vector", "lexical", "entity", "temporal"}
+    assert set(cs.channels) == {"vector", "lexical", "entity", "temporal", "speaker"}
+    assert cs.channels["speaker"] == ()  # no speaker given
     assert cs.channels["lexical"][:2] in (("n0", "n2"), ("n2", "n0"))
     assert cs.channels["entity"] == ("n1",)
     assert cs.channels["temporal"] == ("n4", "n3")
@@ -92,3 +93,20 @@ def test_the_engine_exposes_the_candidates_of_its_latest_write() -> None:
     cands = engine.last_candidates
     assert cands is not None and cands.ids == (first,)
     assert cands.found_by(first)["lexical"] and cands.found_by(first)["temporal"]
+
+
+def test_speaker_channel_keeps_the_same_speakers_vector_and_lexical_hits() -> None:
+    store = InMemoryStore(64)
+    texts = [("Mira", "my garden tomatoes"), ("Noor", "garden tomatoes at the market"), ("Mira", "the garden needs rain"),
+             ("Noor", "cars and trains"), ("Mira", "chess club tonight")]
+    for i, (who, text) in enumerate(texts):
+        store.add_node(node(i, f"{who}: {text}", speaker=who), EMB.embed([f"{who}: {text}"])[0])
+    text = "Mira: tomatoes from the garden"
+    cs = discover_candidates(store, content=text, embedding=EMB.embed([text])[0], entities=(), seq=5,
+                             config=EngineConfig(temporal_window=0), speaker="mira")
+    assert set(cs.channels["speaker"]) <= {"n0", "n2", "n4"} and cs.channels["speaker"][0] == "n0"
+    assert cs.found_by("n0")["speaker"] and not cs.found_by("n1")["speaker"]
+    off = discover_candidates(store, content=text, embedding=EMB.embed([text])[0], entities=(), seq=5,
+                              config=EngineConfig(temporal_window=0, w_speaker=0.0), speaker="mira")
+    assert off.channels["speaker"] == ()
+    assert cs.scores["n0"] > off.scores["n0"]  # the channel votes in the fusion

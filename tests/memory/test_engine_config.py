@@ -13,7 +13,9 @@ from memory.errors import ConfigError
 def test_defaults_match_the_design() -> None:
     cfg = EngineConfig()
     assert (cfg.candidates_k, cfg.consolidation_every, cfg.tau_route, cfg.expansion_budget) == (8, 20, 0.5, 40)
-    assert (cfg.min_view_budget, cfg.gamma, cfg.max_depth, cfg.dense_weight) == (4, 2.0, 3, 0.5)
+    assert (cfg.min_view_budget, cfg.gamma, cfg.max_depth) == (4, 2.0, 3)
+    # hybrid seeds: equal weights, k = 10 (tuned on the LoCoMo dev split; the flat RRF baseline keeps 0.5 and 60)
+    assert (cfg.dense_weight, cfg.seed_rrf_k, cfg.rrf_k) == (1.0, 10, 60)
     assert cfg.admission_enabled is False
     assert cfg.tau("entity_equivalence") == 0.7 and cfg.tau("semantic") == 0.6
 

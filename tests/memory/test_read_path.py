@@ -110,12 +110,13 @@ def test_uninformative_controller_keeps_the_hybrid_rrf_order_at_the_top() -> Non
     query = "painting the lake"
     result = engine.query(query, k=5)
     store, cfg = engine.store, engine.config
-    lexical = [i for i, _ in store.text_search(query, cfg.seed_pool)]
-    dense = [i for i, _ in store.vector_search(engine.embedder.embed([query])[0], cfg.seed_pool)]
+    depth = max(cfg.seed_depth, cfg.seed_pool)  # each list is fused seed_depth deep, the pool cut after
+    lexical = [i for i, _ in store.text_search(query, depth)]
+    dense = [i for i, _ in store.vector_search(engine.embedder.embed([query])[0], depth)]
     rrf: dict[str, float] = {}
     for ids, w in ((lexical, 1.0), (dense, cfg.dense_weight)):
         for r, node_id in enumerate(ids):
-            rrf[node_id] = rrf.get(node_id, 0.0) + w / (cfg.rrf_k + r + 1)
+            rrf[node_id] = rrf.get(node_id, 0.0) + w / (cfg.seed_rrf_k + r + 1)
     expected = sorted(rrf, key=lambda i: -rrf[i])[:5]
     assert [e.node_id for e in result.evidence] == expected
     assert result.stopped_reason in ("depth", "budget", "exhausted")
@@ -207,3 +208,29 @@ def test_superseded_nodes_drop_when_recency_matters() -> None:
     engine.store.update_node(replace(node, superseded_by=new))
     ranked = [e.node_id for e in engine.query("where does Mira live now", k=2).evidence]
     assert ranked == [new, old]
+
+
+def test_traversal_finds_are_ranked_only_when_judged_relevant() -> None:
+    target_text = "Mira: the repair shop quoted three hundred euros"
+    p_target = {"p": 0.3}
+    rules = {("relevance", "relevant"): lambda s: p_target["p"] if "repair" in s["memory"] else 0.6,
+             ("relevance", "bridge"): lambda s: 0.9,
+             ("routing", "causal"): lambda s: 0.9, ("routing", "multi_hop"): lambda s: 1.0}
+    engine = make_engine(RuleBackend(rules), consolidation_every=0, n_seeds=2, seed_pool=3)
+    for i, text in enumerate(FILLER):
+        engine.write(obs(text, i))
+    target = engine.write(obs(target_text, 100)).node_id
+    seed = engine.write(obs("Mira: I bought a new bicycle", 300)).node_id
+    engine.link(target, seed, "causal")
+    query = "Why buy a new bicycle?"
+    seeds = [c.node.id for c in hybrid_seeds(engine.store, engine.embedder.embed([query])[0], query, engine.config)]
+    assert target not in seeds
+    result = engine.query(query, k=10)
+    assert any(s.phase == "expand" and s.detail["found"].get("causal") for s in result.trace)  # it was reached
+    got = [e.node_id for e in result.evidence]
+    assert target not in got and set(seeds) <= set(got)  # judged 0.3 < tau_admit: left out, every seed kept
+    p_target["p"] = 0.95
+    assert target in [e.node_id for e in engine.query(query, k=10).evidence]
+    engine.config = engine.config.with_(tau_admit=0.2)
+    p_target["p"] = 0.3
+    assert target in [e.node_id for e in engine.query(query, k=10).evidence]
