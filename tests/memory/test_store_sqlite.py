@@ -173,7 +173,7 @@ def test_kill_9_loses_at_most_the_write_in_flight(tmp_path: Path) -> None:
         env=env,
     )
     acked: list[str] = []
-    deadline = time.monotonic() + 8
+    deadline = time.monotonic() + 60  # generous: a loaded CI machine starts Python + faiss slowly; the loop ends at 60 acks
     assert proc.stdout is not None
     while len(acked) < 60 and time.monotonic() < deadline:
         line = proc.stdout.readline()
