@@ -4,6 +4,12 @@ Groups: `noul`; `choice:2`, `choice:3-4`, `choice:5-8`, `choice:9+`; `score:2-3`
 A Noul's probability is sigmoid(z / T); a Choice's / Score's is softmax(z / T) over its options. Each T is
 fitted by minimising the NLL on a held-out split; NLL is convex in 1/T, so a bracketed golden-section search
 finds the optimum. A group without data keeps T = 1.
+
+Questions of the built-in Jev-Mem catalogue (recognised by their instructions, `controller.families.lookup`,
+the same rule at inference and in evaluation) get a temperature of their own per family and group,
+`"pair:noul"`, when the calibration split holds at least `min_family_examples` of them: the families are
+miscalibrated in different directions, so one shared T leaves each a little off. Everything else uses the
+group temperature.
 """
 
 from __future__ import annotations
@@ -44,33 +50,39 @@ class Calibration:
 
     temperatures: dict[str, float] = field(default_factory=dict)
     model_hash: str | None = None
-    fitted_on: dict[str, int] = field(default_factory=dict)  # examples per group
+    fitted_on: dict[str, int] = field(default_factory=dict)  # examples per group (and per family:group)
+    family_temperatures: dict[str, float] = field(default_factory=dict)  # "pair:noul" -> T
 
     def __post_init__(self) -> None:
-        for name, t in self.temperatures.items():
-            if name not in GROUPS:
+        for name, t in {**self.temperatures, **self.family_temperatures}.items():
+            if name not in GROUPS and name.partition(":")[2] not in GROUPS:
                 raise ArtifactError(f"unknown calibration group {name!r}; expected one of {', '.join(GROUPS)}")
             if not (math.isfinite(t) and t > 0):
                 raise ArtifactError(f"temperature of {name!r} must be a positive number, not {t!r}")
 
-    def temperature(self, kind: str, n_options: int) -> float:
-        return float(self.temperatures.get(group_of(kind, n_options), 1.0))
+    def temperature(self, kind: str, n_options: int, family: str | None = None) -> float:
+        group = group_of(kind, n_options)
+        if family is not None and f"{family}:{group}" in self.family_temperatures:
+            return float(self.family_temperatures[f"{family}:{group}"])
+        return float(self.temperatures.get(group, 1.0))
 
-    def probabilities(self, kind: str, logits: np.ndarray) -> tuple[float, ...]:
+    def probabilities(self, kind: str, logits: np.ndarray, family: str | None = None) -> tuple[float, ...]:
         """Calibrated probabilities: (p_true,) for a Noul, a distribution otherwise."""
-        z = np.asarray(logits, dtype=np.float64) / self.temperature(kind, len(logits))
+        z = np.asarray(logits, dtype=np.float64) / self.temperature(kind, len(logits), family)
         if kind == "noul":
             return (float(_sigmoid(z[0])),)
         return tuple(float(p) for p in _softmax(z))
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, "model_hash": self.model_hash, "temperatures": dict(sorted(self.temperatures.items())), "fitted_on": self.fitted_on}
+        return {"format": FORMAT, "model_hash": self.model_hash, "temperatures": dict(sorted(self.temperatures.items())),
+                "family_temperatures": dict(sorted(self.family_temperatures.items())), "fitted_on": self.fitted_on}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Calibration:
         if data.get("format") != FORMAT:
             raise ArtifactError(f"calibration format {data.get('format')!r} is not {FORMAT!r}")
-        return cls({k: float(v) for k, v in data.get("temperatures", {}).items()}, data.get("model_hash"), dict(data.get("fitted_on", {})))
+        return cls({k: float(v) for k, v in data.get("temperatures", {}).items()}, data.get("model_hash"), dict(data.get("fitted_on", {})),
+                   {k: float(v) for k, v in data.get("family_temperatures", {}).items()})
 
 
 def identity(model_hash: str | None = None) -> Calibration:
@@ -101,26 +113,32 @@ def fit_temperatures(
     groups: Sequence[str],
     *,
     model_hash: str | None = None,
+    families: Sequence[str | None] | None = None,
+    min_family_examples: int = 200,
 ) -> Calibration:
-    """Fit one temperature per group by NLL.
+    """Fit one temperature per group by NLL, and one per (catalogue family, group) with enough examples.
 
     `logits[i]` is one question's raw logits (1 for a Noul); `targets[i]` the Noul label in [0, 1] or the
-    index of the correct option; `groups[i]` its `group_of(...)`.
+    index of the correct option; `groups[i]` its `group_of(...)`; `families[i]` its catalogue family or None.
     """
-    if not len(logits) == len(targets) == len(groups):
-        raise ValueError("logits, targets and groups must have the same length")
+    if not len(logits) == len(targets) == len(groups) or (families is not None and len(families) != len(groups)):
+        raise ValueError("logits, targets, groups (and families) must have the same length")
     by_group: dict[str, list[int]] = {}
+    by_family: dict[str, list[int]] = {}
     for i, g in enumerate(groups):
         if g not in GROUPS:
             raise ValueError(f"unknown calibration group {g!r}")
         by_group.setdefault(g, []).append(i)
-    temperatures, counts = {}, {}
-    for g, idx in sorted(by_group.items()):
+        if families is not None and families[i] is not None:
+            by_family.setdefault(f"{families[i]}:{g}", []).append(i)
+    temperatures, family_temperatures, counts = {}, {}, {}
+    for name, idx, into in [*((g, i, temperatures) for g, i in sorted(by_group.items())),
+                            *((f, i, family_temperatures) for f, i in sorted(by_family.items()) if len(i) >= min_family_examples)]:
         rows = [np.asarray(logits[i], dtype=np.float64) for i in idx]
         ys = [float(targets[i]) for i in idx]
-        temperatures[g] = _fit_group(rows, ys, noul=g == "noul")
-        counts[g] = len(idx)
-    return Calibration(temperatures, model_hash, counts)
+        into[name] = _fit_group(rows, ys, noul=groups[idx[0]] == "noul")
+        counts[name] = len(idx)
+    return Calibration(temperatures, model_hash, counts, family_temperatures)
 
 
 def nll(rows: Sequence[np.ndarray], ys: Sequence[float], temperature: float, *, noul: bool) -> float:

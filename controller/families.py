@@ -192,6 +192,12 @@ def lookup(instructions: object) -> tuple[str, str] | None:
     return _INDEX.get(instructions)
 
 
+def catalogue_family(question: object) -> str | None:
+    """The catalogue family of a question object (its `instructions` looked up), or None."""
+    found = lookup(getattr(question, "instructions", None))
+    return found[0] if found is not None else None
+
+
 _INDEX: dict[str, tuple[str, str]] = {
     q["instructions"]: (f.name, name) for f in FAMILIES.values() for name, q in f.questions.items()
 }

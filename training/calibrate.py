@@ -1,6 +1,6 @@
 """Temperature calibration of a saved model directory on the calibration split.
 
-    result = calibrate_predictions(predictions, model_hash)   # one T per kind / option-count group
+    result = calibrate_predictions(predictions, model_hash)   # one T per kind / option-count group (+ per catalogue family)
     save_calibration(result.calibration, model_dir / "calibration.json")
 
 Uses `controller.calibration.fit_temperatures` (NLL-optimal T per group, bound to the model hash). A Choice
@@ -43,11 +43,13 @@ def calibrate_predictions(predictions: Sequence[Prediction], model_hash: str | N
     if not predictions:
         raise ValueError("calibration needs predictions on the calibration split; it is empty")
     logits, targets, groups = calibration_inputs(predictions)
-    calibration = fit_temperatures(logits, targets, groups, model_hash=model_hash)
+    families = [p.label.catalogue for p in predictions]
+    calibration = fit_temperatures(logits, targets, groups, model_hash=model_hash, families=families)
     before, after = {}, {}
     for g in sorted(set(groups)):
         idx = [i for i, x in enumerate(groups) if x == g]
         rows, ys = [logits[i] for i in idx], [targets[i] for i in idx]
         before[g] = round(nll(rows, ys, 1.0, noul=g == "noul"), 5)
-        after[g] = round(nll(rows, ys, calibration.temperatures[g], noul=g == "noul"), 5)
+        temps = [calibration.temperature(predictions[i].kind, len(logits[i]), families[i]) for i in idx]
+        after[g] = round(sum(nll([r], [y], t, noul=g == "noul") for r, y, t in zip(rows, ys, temps)) / len(idx), 5)
     return CalibrationResult(calibration, before, after)

@@ -84,7 +84,7 @@ def predict(
 def probabilities(predictions: Sequence[Prediction], calibration: Calibration | None = None) -> list[np.ndarray]:
     """Per prediction: (p_true,) for a Noul, a distribution otherwise (temperature from `calibration`)."""
     cal = calibration or Calibration()
-    return [np.asarray(cal.probabilities(p.kind, p.logits), dtype=np.float64) for p in predictions]
+    return [np.asarray(cal.probabilities(p.kind, p.logits, p.label.catalogue), dtype=np.float64) for p in predictions]
 
 
 def sigmoid(x: float) -> float:

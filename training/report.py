@@ -70,7 +70,8 @@ def build_metrics(run_dir: str | Path, model_dir: str | Path) -> dict[str, Any]:
         "total_seconds": round(sum(v["seconds"] for v in stages.values()), 1),
         "data": stages.get("build_data", {}),
         "fit": stages.get("fit", {}),
-        "calibration": {**stages.get("calibrate", {}), "temperatures": calibration.get("temperatures"), "fitted_on": calibration.get("fitted_on")},
+        "calibration": {**stages.get("calibrate", {}), "temperatures": calibration.get("temperatures"),
+                        "family_temperatures": calibration.get("family_temperatures"), "fitted_on": calibration.get("fitted_on")},
         "export": stages.get("export", {}),
         "heldout": evaluation.get("heldout", {}),
         "robustness": evaluation.get("robustness", {}),
@@ -111,14 +112,15 @@ def _acceptance_lines(acc: dict[str, Any]) -> list[str]:
 def model_card(metrics: dict[str, Any], command: str) -> str:
     m, fit, data = metrics["model"], metrics.get("fit", {}), metrics.get("data", {})
     held = metrics.get("heldout", {})
-    temps = metrics.get("calibration", {}).get("temperatures") or {}
+    temps = {**(metrics.get("calibration", {}).get("temperatures") or {}), **(metrics.get("calibration", {}).get("family_temperatures") or {})}
     npair = metrics.get("packed_vs_npair", {})
     parts = [
         f"# {m.get('name')} {m.get('version')}",
         "",
         "Local System One controller for Jev-Mem: the packed MiniLM-L6 cross-encoder (sentence-transformers/all-MiniLM-L6-v2, "
         "6 layers, 384 hidden) with a LoRA adapter (r=8, alpha=16, dropout 0.1 on query/key/value/dense) and a fully trained "
-        "3-way readout head (Noul / Choice option / Score level), temperature-calibrated per question kind and option count.",
+        "3-way readout head (Noul / Choice option / Score level), temperature-calibrated per question kind and option count, "
+        "with a temperature of its own for each Jev-Mem catalogue family that has enough calibration data.",
         "",
         f"- artifact hash: `{m.get('artifact_hash')}`",
         f"- base weights sha256: `{(m.get('base_model') or {}).get('sha256')}`",

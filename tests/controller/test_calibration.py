@@ -62,3 +62,22 @@ def test_invalid_temperatures_are_refused() -> None:
         Calibration({"noul": 0.0})
     with pytest.raises(ArtifactError):
         Calibration({"choice:7": 1.0})
+
+
+def test_catalogue_families_get_their_own_temperature_when_they_have_the_data(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(1)
+    z = rng.normal(0, 2, size=3000)
+    y = (rng.random(3000) < 1 / (1 + np.exp(-z))).astype(float)
+    # "pair" is over-confident by 3x, "typing" well calibrated, "routing" has too few examples for its own T.
+    logits = [[v * 3] for v in z[:1500]] + [[v] for v in z[1500:2900]] + [[v] for v in z[2900:]]
+    families = ["pair"] * 1500 + ["typing"] * 1400 + ["routing"] * 100
+    cal = fit_temperatures(logits, list(y), ["noul"] * 3000, families=families, min_family_examples=200, model_hash="h")
+    assert cal.family_temperatures["pair:noul"] == pytest.approx(3.0, rel=0.2)
+    assert cal.family_temperatures["typing:noul"] == pytest.approx(1.0, rel=0.2)
+    assert "routing:noul" not in cal.family_temperatures and cal.fitted_on["pair:noul"] == 1500
+    shared = cal.temperatures["noul"]
+    assert cal.temperature("noul", 1, "routing") == shared == cal.temperature("noul", 1, None)
+    assert cal.temperature("noul", 1, "pair") == cal.family_temperatures["pair:noul"] != shared
+    path = tmp_path / "calibration.json"
+    save_calibration(cal, path)
+    assert load_calibration(path, "h") == cal
