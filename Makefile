@@ -31,7 +31,7 @@ bench: $(STAMP)
 # The shipped controller: build data -> fit -> calibrate -> evaluate -> export (see training/pipeline.py).
 # LoCoMo is read from LOCOMO (never bundled); TRAIN_ARGS adds flags, e.g. TRAIN_ARGS='--steps 300 --resume'.
 train: $(STAMP)
-	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m training all \
+	OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m training all \
 		--locomo $(or $(LOCOMO),../shared/data/locomo/locomo_dev6.json) \
 		--audit $(or $(LOCOMO_AUDIT),../shared/data/locomo/locomo_audit_dev6.json) \
 		--run-dir runs/jevmem-minilm --steps 700 --family-power 1.0 --max-minutes 55 $(TRAIN_ARGS)
