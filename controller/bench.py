@@ -47,6 +47,21 @@ def request_mix() -> dict[str, BackendRequest]:
     }
 
 
+def _time_interleaved(variants: dict[str, Any], mix: dict[str, BackendRequest], repeats: int) -> dict[str, dict[str, list[float]]]:
+    """Seconds per `answer([request])`, variants interleaved request by request after one warm-up round."""
+    times: dict[str, dict[str, list[float]]] = {v: {r: [] for r in mix} for v in variants}
+    for backend in variants.values():  # warm-up: first runs allocate
+        for request in mix.values():
+            backend.answer([request])
+    for _ in range(repeats):
+        for rname, request in mix.items():
+            for vname, backend in variants.items():
+                started = time.perf_counter()
+                backend.answer([request])
+                times[vname][rname].append(time.perf_counter() - started)
+    return times
+
+
 def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.array(values), q)) * 1000.0
 
@@ -89,29 +104,12 @@ def run_bench(
             name, backend, drift[f"{encoding}-ONNX-int8"] = _int8_variant(loaded, encoding, threads)
             variants[name] = backend
 
-    times: dict[str, dict[str, list[float]]] = {v: {r: [] for r in mix} for v in variants}
-    for backend in variants.values():  # warm-up: first runs allocate
-        for request in mix.values():
-            backend.answer([request])
-    for _ in range(repeats):
-        for rname, request in mix.items():
-            for vname, backend in variants.items():
-                started = time.perf_counter()
-                backend.answer([request])
-                times[vname][rname].append(time.perf_counter() - started)
+    times = _time_interleaved(variants, mix, repeats)
     # The served configuration (ORT threads spin between kernels, the LocalBackend default) cannot be
     # interleaved with the others without starving them, so it runs alone, after them.
     served = "packed-ONNX served, alone"
-    alone = LocalBackend(loaded, runtime="onnx", encoding="packed", threads=threads, spinning=True)
-    times[served] = {r: [] for r in mix}
-    for request in mix.values():
-        alone.answer([request])
-    for _ in range(repeats):
-        for rname, request in mix.items():
-            started = time.perf_counter()
-            alone.answer([request])
-            times[served][rname].append(time.perf_counter() - started)
-    variants[served] = alone
+    variants[served] = LocalBackend(loaded, runtime="onnx", encoding="packed", threads=threads, spinning=True)
+    times.update(_time_interleaved({served: variants[served]}, mix, repeats))
 
     n_questions = {r: sum(q.n_options if q.kind != "noul" else 1 for q in req.questions) for r, req in mix.items()}
     n_keys = {r: len(req.questions) for r, req in mix.items()}

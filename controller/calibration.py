@@ -55,7 +55,8 @@ class Calibration:
 
     def __post_init__(self) -> None:
         for name, t in {**self.temperatures, **self.family_temperatures}.items():
-            if name not in GROUPS and name.partition(":")[2] not in GROUPS:
+            group = name if name in self.temperatures else name.partition(":")[2]
+            if group not in GROUPS:
                 raise ArtifactError(f"unknown calibration group {name!r}; expected one of {', '.join(GROUPS)}")
             if not (math.isfinite(t) and t > 0):
                 raise ArtifactError(f"temperature of {name!r} must be a positive number, not {t!r}")
@@ -131,14 +132,14 @@ def fit_temperatures(
         by_group.setdefault(g, []).append(i)
         if families is not None and families[i] is not None:
             by_family.setdefault(f"{families[i]}:{g}", []).append(i)
-    temperatures, family_temperatures, counts = {}, {}, {}
-    for name, idx, into in [*((g, i, temperatures) for g, i in sorted(by_group.items())),
-                            *((f, i, family_temperatures) for f, i in sorted(by_family.items()) if len(i) >= min_family_examples)]:
+    def fit(idx: list[int]) -> float:
         rows = [np.asarray(logits[i], dtype=np.float64) for i in idx]
-        ys = [float(targets[i]) for i in idx]
-        into[name] = _fit_group(rows, ys, noul=groups[idx[0]] == "noul")
-        counts[name] = len(idx)
-    return Calibration(temperatures, model_hash, counts, family_temperatures)
+        return _fit_group(rows, [float(targets[i]) for i in idx], noul=groups[idx[0]] == "noul")
+
+    kept = {name: idx for name, idx in by_family.items() if len(idx) >= min_family_examples}
+    counts = {name: len(idx) for name, idx in sorted({**by_group, **kept}.items())}
+    return Calibration({g: fit(idx) for g, idx in sorted(by_group.items())}, model_hash, counts,
+                       {name: fit(idx) for name, idx in sorted(kept.items())})
 
 
 def nll(rows: Sequence[np.ndarray], ys: Sequence[float], temperature: float, *, noul: bool) -> float:

@@ -50,6 +50,9 @@ def calibrate_predictions(predictions: Sequence[Prediction], model_hash: str | N
         idx = [i for i, x in enumerate(groups) if x == g]
         rows, ys = [logits[i] for i in idx], [targets[i] for i in idx]
         before[g] = round(nll(rows, ys, 1.0, noul=g == "noul"), 5)
-        temps = [calibration.temperature(predictions[i].kind, len(logits[i]), families[i]) for i in idx]
-        after[g] = round(sum(nll([r], [y], t, noul=g == "noul") for r, y, t in zip(rows, ys, temps)) / len(idx), 5)
+        by_t: dict[float, list[int]] = {}  # questions sharing a temperature (their group's or their family's)
+        for i in idx:
+            by_t.setdefault(calibration.temperature(predictions[i].kind, len(logits[i]), families[i]), []).append(i)
+        total = sum(len(ix) * nll([logits[i] for i in ix], [targets[i] for i in ix], t, noul=g == "noul") for t, ix in by_t.items())
+        after[g] = round(total / len(idx), 5)
     return CalibrationResult(calibration, before, after)
