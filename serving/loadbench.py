@@ -20,6 +20,7 @@ import json
 import os
 import re
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -245,6 +246,30 @@ def default_controller() -> str:
     return "heuristic"
 
 
+def batch_ceiling(controller: str, options: dict[str, Any], *, n: int = 16, trials: int = 7) -> list[float]:
+    """In process, no server: seconds of n single-request backend calls / seconds of one n-request call, per
+    trial. Cross-request batching can gain at most this much (it also pays queueing and HTTP)."""
+    from controller.backend import BackendRequest, create_backend
+    from controller.questions import normalize_questions
+
+    backend = create_backend(controller, **options)
+    try:
+        requests = [BackendRequest(m["state"], tuple(normalize_questions(m["questions"]).values())) for m in map(request_mix, range(n))]
+        backend.answer(requests)  # warm-up
+        ratios = []
+        for _ in range(trials):
+            started = time.perf_counter()
+            for request in requests:
+                backend.answer([request])
+            single = time.perf_counter() - started
+            started = time.perf_counter()
+            backend.answer(requests)
+            ratios.append(single / (time.perf_counter() - started))
+        return ratios
+    finally:
+        backend.close()
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m serving.loadbench", description=__doc__.split("\n\n")[0])
     p.add_argument("--controller", default=None, help="backend name (default: local when loadable, else heuristic)")
@@ -272,6 +297,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     cells = run_bench(args)
     print(table(cells, args.controller))
+    ratios = batch_ceiling(args.controller, args.controller_options)
+    print(f"backend ceiling (in process): one call with 16 requests vs 16 single calls: "
+          f"median {statistics.median(ratios):.2f}x over {len(ratios)} trials ({', '.join(f'{r:.2f}' for r in ratios)})")
     return 0
 
 

@@ -151,3 +151,10 @@ def test_importing_serving_loads_no_model_runtime() -> None:
     code = "import sys, serving, serving.app, serving.loadbench; print(sorted(m for m in ('torch', 'onnxruntime', 'transformers') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_batch_ceiling_times_singles_against_one_batched_call() -> None:
+    from serving.loadbench import batch_ceiling
+
+    ratios = batch_ceiling("heuristic", {}, n=4, trials=3)
+    assert len(ratios) == 3 and all(r > 0 for r in ratios)
