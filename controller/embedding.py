@@ -6,11 +6,12 @@ Both return L2-normalised float32 arrays of shape (n, dim); equal input gives bi
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import logging
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -18,6 +19,10 @@ from controller.errors import BackendUnavailableError
 from controller.lexical import tokenize
 
 log = logging.getLogger(__name__)
+
+Runtime = Literal["auto", "onnx", "torch"]
+RUNTIMES: tuple[str, ...] = ("auto", "onnx", "torch")
+_AUTO_LOGGED = False
 
 
 @runtime_checkable
@@ -68,21 +73,44 @@ class MiniLMEmbedder:
     """all-MiniLM-L6-v2 mean pooling, normalised (the dense retriever of EVALUATION.md).
 
     `model_path` defaults to the installed package; tests pass a tiny saved BERT instead.
+    `runtime`: "torch" (transformers forward), "onnx" (one cached ONNX graph run by onnxruntime, see
+    `controller.embedding_onnx`; checked against torch to 1e-4 when built) or "auto" (onnx when onnxruntime
+    and onnx are installed, else torch). `threads=None` leaves the thread count to the runtime (all cores).
     """
 
     name = "minilm"
 
-    def __init__(self, model_path: str | Path | None = None, *, batch_size: int = 64, max_length: int = 256, threads: int | None = None) -> None:
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        *,
+        batch_size: int = 64,
+        max_length: int = 256,
+        threads: int | None = None,
+        runtime: Runtime = "auto",
+        device: str | None = None,
+    ) -> None:
+        if runtime not in RUNTIMES:
+            raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
         self._path = Path(model_path) if model_path is not None else None
         self._batch_size = batch_size
         self._max_length = max_length
         self._threads = threads
+        self._device = device  # onnx only: None = CUDA when onnxruntime has it, else CPU
+        self.runtime: Literal["torch", "onnx"] = _resolve_runtime(runtime)
         self._lock = threading.Lock()
         self._model: Any = None
         self._tokenizer: Any = None
+        self._onnx: Any = None  # embedding_onnx.OnnxEncoder
         self.dim = 384
 
     def _load(self) -> None:
+        if self.runtime == "onnx":
+            self._load_onnx()
+        else:
+            self._load_torch()
+
+    def _load_torch(self) -> None:
         if self._model is not None:
             return
         try:
@@ -99,22 +127,53 @@ class MiniLMEmbedder:
         self.dim = int(model.config.hidden_size)
         self._model = model
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        import torch
+    def _load_onnx(self) -> None:
+        if self._onnx is not None:
+            return
+        from controller.embedding_onnx import OnnxEncoder, ensure_graph
 
+        path = self._path or base_model_path()
+
+        def load_model() -> Any:
+            self._load_torch()
+            return self._model
+
+        graph = ensure_graph(path, load_model, lambda texts: _normalise(self._embed_torch(texts)), max_length=self._max_length, threads=self._threads)
+        self._model = self._tokenizer = None  # only needed to build the graph
+        self._onnx = OnnxEncoder(graph, path, max_length=self._max_length, threads=self._threads, device=self._device)
+        self.dim = self._onnx.dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
         with self._lock:
             self._load()
-            chunks = []
-            for start in range(0, len(texts), self._batch_size):
-                batch = list(texts[start : start + self._batch_size])
-                enc = self._tokenizer(batch, padding=True, truncation=True, max_length=self._max_length, return_tensors="pt")
-                with torch.inference_mode():
-                    hidden = self._model(**enc).last_hidden_state  # (B, T, H)
-                mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
-                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-                chunks.append(pooled.float().numpy())
+            run = self._onnx if self.runtime == "onnx" else self._embed_torch
+            chunks = [run(texts[start : start + self._batch_size]) for start in range(0, len(texts), self._batch_size)]
             out = np.concatenate(chunks) if chunks else np.zeros((0, self.dim), dtype=np.float32)
         return _normalise(out.astype(np.float32))
+
+    def _embed_torch(self, texts: Sequence[str]) -> np.ndarray:
+        """One batch on the torch path (caller holds the lock): (B, H) mean-pooled, not yet normalised."""
+        import torch
+
+        self._load_torch()
+        enc = self._tokenizer(list(texts), padding=True, truncation=True, max_length=self._max_length, return_tensors="pt")
+        with torch.inference_mode():
+            hidden = self._model(**enc).last_hidden_state  # (B, T, H)
+        mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        return pooled.float().numpy()
+
+
+def _resolve_runtime(runtime: Runtime) -> Literal["torch", "onnx"]:
+    global _AUTO_LOGGED
+    if runtime != "auto":
+        return runtime
+    found = all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "onnx"))
+    chosen: Literal["torch", "onnx"] = "onnx" if found else "torch"
+    if not _AUTO_LOGGED:
+        _AUTO_LOGGED = True
+        log.info("MiniLMEmbedder runtime 'auto' -> %s%s", chosen, "" if found else " (onnxruntime or onnx is not installed)")
+    return chosen
 
 
 def create_embedder(name: str = "hashing", **options: Any) -> Embedder:

@@ -68,6 +68,7 @@ class EngineConfig:
     tau_stop: float = 0.8  # stop when evidence_sufficient reaches this
     tau_continue: float = 0.2  # stop when continue_useful falls below this
     stop_evidence_k: int = 5  # evidence items shown to the stopping questions
+    ask_stop: bool = True  # False: no stopping request; rounds end only at the depth / budget limit or when exhausted
     max_evidence_chars: int = 400  # per item in read-path states (longer items are cut and marked)
     # ---- read path: final ranking = seed_weight * structure + relevance_weight * (p_relevant - 0.5)
     seed_weight: float = 1.0

@@ -4,7 +4,9 @@
     seed    hybrid RRF pool (BM25 + dense_weight x vector, k = seed_rrf_k, lists seed_depth deep); the top
             n_seeds are judged first
     judge   one batched call per round: relevant / bridge per new candidate          (memory/traversal.py)
-    stop    one request per round: evidence_sufficient, continue_useful, missing_evidence, contradiction
+    stop    one request per round that could be followed by another: evidence_sufficient, continue_useful,
+            missing_evidence, contradiction (a round at the depth or budget limit, or with an empty frontier,
+            ends without asking, and asks only `relevant` of its candidates when no expansion can follow)
     expand  from judged nodes with relevant or bridge >= tau_frontier, per active view, within its budget
     rank    seed_weight * structure + relevance_weight * (p_relevant - 0.5)  [+ recency terms]; seeds always,
             a node found by traversal only when p_relevant > tau_admit
@@ -126,22 +128,23 @@ def run_query(
         depth = 0
         stopped = "exhausted"  # kept when the store has nothing to seed from
         while round_nodes:
-            judge(controller, query, round_nodes, config)
+            # A round after which no expansion can follow asks neither `bridge` (it only picks the frontier)
+            # nor the stopping questions (they could only end a loop that ends anyway).
+            last = depth >= route.depth or sum(left.values()) <= 0
+            judge(controller, query, round_nodes, config, bridge=not last)
             judged.update(c.node.id for c in round_nodes)
             tracer.add("judge", depth=depth, judged=len(round_nodes))
-            signals = ask_stop(controller, query, rank(list(pool.values()), route, config), depth, config)
-            reason = stop_reason(signals, config)
-            tracer.add("stop", depth=depth, signals=signals, reason=reason)
-            if reason is not None:
-                stopped = reason
-                break
-            if depth >= route.depth:
-                stopped = "depth"
-                break
-            if sum(left.values()) <= 0:
-                stopped = "budget"
-                break
             frontier = sorted((c for c in round_nodes if c.promise >= config.tau_frontier), key=lambda c: (-c.promise, c.node.seq))
+            if last or not frontier:
+                stopped = "depth" if depth >= route.depth else "budget" if last else "exhausted"
+                break
+            if config.ask_stop:
+                signals = ask_stop(controller, query, rank(list(pool.values()), route, config), depth, config)
+                reason = stop_reason(signals, config)
+                tracer.add("stop", depth=depth, signals=signals, reason=reason)
+                if reason is not None:
+                    stopped = reason
+                    break
             depth += 1
             claimed = set(judged)
             found: list[Candidate] = []

@@ -100,16 +100,18 @@ def expand_view(
     return found
 
 
-def judge(controller: Controller, query: str, candidates: Sequence[Candidate], config: EngineConfig) -> None:
-    """One batched call: RELEVANCE Nouls per candidate (keys candidate_{i}_relevant / _bridge)."""
+def judge(controller: Controller, query: str, candidates: Sequence[Candidate], config: EngineConfig, *, bridge: bool = True) -> None:
+    """One batched call: RELEVANCE Nouls per candidate (keys candidate_{i}_relevant, and _bridge unless
+    `bridge` is False: a round that cannot be expanded further has no use for it)."""
     if not candidates:
         return
+    names = ("relevant", "bridge") if bridge else ("relevant",)
     requests = []
     for i, cand in enumerate(candidates):
         # Undated, as in the relevance training data; long texts are cut visibly.
         memory = memory_state(replace(cand.node, content=clipped(cand.node.content, config.max_evidence_chars)), dated=False)
-        requests.append(({"query": query, "memory": memory}, keyed(f"candidate_{i}_", "relevance", ("relevant", "bridge"))))
+        requests.append(({"query": query, "memory": memory}, keyed(f"candidate_{i}_", "relevance", names)))
     answers = controller.ask_batch(requests)
     for i, (cand, ans) in enumerate(zip(candidates, answers)):
         cand.relevant = noul(ans, f"candidate_{i}_relevant")
-        cand.bridge = noul(ans, f"candidate_{i}_bridge")
+        cand.bridge = noul(ans, f"candidate_{i}_bridge") if bridge else None

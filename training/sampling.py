@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -139,11 +139,12 @@ def prepare_requests(
 class BalancedSampler:
     """Family-balanced draws with replacement, about `tokens_per_step` packed tokens per step.
 
-    A family's share of draws is proportional to (its request count)^power: 1 keeps the natural mix,
-    0 gives every family the same share.
+    A family's share of draws is proportional to boost[family] * (its request count)^power: power 1 keeps the
+    natural mix, 0 gives every family the same share; `boost` (default 1 for every family) tilts it further.
     """
 
-    def __init__(self, requests: Sequence[LabeledRequest], *, tokens_per_step: int = 6000, power: float = 0.5, seed: int = 0) -> None:
+    def __init__(self, requests: Sequence[LabeledRequest], *, tokens_per_step: int = 6000, power: float = 0.5, seed: int = 0,
+                 boost: Mapping[str, float] | None = None) -> None:
         if not requests:
             raise ValueError("BalancedSampler needs at least one request")
         if not 0.0 <= power <= 1.0:
@@ -151,7 +152,13 @@ class BalancedSampler:
         if tokens_per_step < 1:
             raise ValueError(f"tokens_per_step must be >= 1, got {tokens_per_step}")
         counts = Counter(r.family for r in requests)
-        mass = {f: n**power for f, n in counts.items()}
+        boost = dict(boost or {})
+        unknown = sorted(set(boost) - set(counts))
+        if unknown:
+            raise ValueError(f"boost names families without requests: {', '.join(unknown)}")
+        if any(not (isinstance(b, (int, float)) and b > 0) for b in boost.values()):
+            raise ValueError(f"boost factors must be > 0, got {boost}")
+        mass = {f: boost.get(f, 1.0) * n**power for f, n in counts.items()}
         total = sum(mass.values())
         p = np.array([mass[r.family] / total / counts[r.family] for r in requests], dtype=np.float64)
         self.probabilities = p / p.sum()

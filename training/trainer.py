@@ -44,6 +44,7 @@ class FitConfig:
     lora_dropout: float = 0.1
     attention_dropout: float = 0.0  # attention-probability dropout while training; on CPU it costs ~40% of a step
     family_power: float = 0.5  # family-balanced sampling (see BalancedSampler)
+    family_boost: str = ""  # extra share factors, "relevance=1.7,pair=1.2" (see BalancedSampler and boost_factors)
     npair_fraction: float = 0.1  # share of requests trained as N-pair rows (same weights), for the comparison
     rps_weight: float = 1.0  # Score loss: cross-entropy + rps_weight * RPS
     seed: int = 0
@@ -65,6 +66,7 @@ class FitConfig:
                 raise ValueError(f"FitConfig.{name} must lie in [0, 1], got {getattr(self, name)}")
         if self.weight_decay < 0 or self.rps_weight < 0 or self.max_minutes < 0:
             raise ValueError("weight_decay, rps_weight and max_minutes must be >= 0")
+        boost_factors(self.family_boost)  # raises ValueError on a malformed spec
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -78,6 +80,23 @@ class FitConfig:
         """What a checkpoint must agree on to be resumed (run-time knobs excluded)."""
         keep = {k: v for k, v in asdict(self).items() if k not in ("threads", "checkpoint_every", "keep_checkpoints", "max_minutes")}
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def boost_factors(spec: str) -> dict[str, float]:
+    """`"relevance=1.7,pair=1.2"` -> {"relevance": 1.7, "pair": 1.2}; an empty spec boosts nothing."""
+    out: dict[str, float] = {}
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        name, sep, value = part.partition("=")
+        try:
+            factor = float(value)
+        except ValueError as error:
+            raise ValueError(f"family_boost wants name=factor pairs, got {part!r}") from error
+        if not sep or not name.strip() or not factor > 0 or factor == float("inf"):
+            raise ValueError(f"family_boost wants name=factor pairs with factor > 0, got {part!r}")
+        out[name.strip()] = factor
+    return out
 
 
 @dataclass(frozen=True)
@@ -215,7 +234,8 @@ def fit(
         model = prepare_model(model, config)
     loss_fn = DecisionLoss(model, rps_weight=config.rps_weight)
     optimizer = _optimizer(model, config)
-    sampler = BalancedSampler(requests, tokens_per_step=config.tokens_per_step, power=config.family_power, seed=config.seed)
+    sampler = BalancedSampler(requests, tokens_per_step=config.tokens_per_step, power=config.family_power, seed=config.seed,
+                              boost=boost_factors(config.family_boost))
     log_path = run / "train_log.jsonl"
     start_step, stats = 0, {"tokens": 0, "labels": 0}
     if resume:

@@ -144,6 +144,29 @@ def test_graph_expansion_reaches_evidence_that_retrieval_misses() -> None:
     assert "causal" in result.active_views
 
 
+def test_the_last_possible_round_asks_only_relevance() -> None:
+    # Depth 1: round 0 may be followed by an expansion round, round 1 may not. Round 1 must not ask `bridge`
+    # (it only chooses a frontier) and no stopping request may follow it (the loop ends anyway).
+    rules = {("relevance", "relevant"): lambda s: 0.9, ("relevance", "bridge"): lambda s: 0.9,
+             ("stopping", "evidence_sufficient"): lambda s: 0.1, ("stopping", "continue_useful"): lambda s: 0.9,
+             ("routing", "multi_hop"): lambda s: 0.0}
+    backend = RuleBackend(rules)
+    engine = make_engine(backend, consolidation_every=0, n_seeds=2, seed_pool=3, max_depth=1)
+    ids = [engine.write(obs(text, i)).node_id for i, text in enumerate(FILLER[:6])]
+    for a, b in zip(ids, ids[1:]):
+        engine.link(a, b, "semantic")
+    backend.requests.clear()
+    result = engine.query("chat about painting", k=5)
+    assert [s.phase for s in result.trace] == ["route", "seed", "judge", "stop", "expand", "judge"]
+    assert result.stopped_reason == "depth"
+    relevance = [r for r in backend.requests if "memory" in r.state]
+    stops = [r for r in backend.requests if "evidence" in r.state]
+    assert len(stops) == 1
+    first, last = relevance[:2], relevance[2:]
+    assert last and all(len(r.questions) == 2 for r in first) and all(len(r.questions) == 1 for r in last)
+    assert any(e.via.startswith("expand:") for e in result.evidence)
+
+
 def test_stale_inferred_edges_are_not_walked() -> None:
     a = replace_fp("a", "old text")
     b = replace_fp("b", "other")

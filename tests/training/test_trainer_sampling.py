@@ -42,6 +42,28 @@ def test_sampler_is_deterministic_and_family_balanced(toy_examples, tokenizer) -
     assert sum(rare[i].tokens for i in balanced.indices(3)) >= 2000
 
 
+def test_boost_tilts_a_family_share(toy_examples, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    import pytest
+
+    from training.trainer import FitConfig, boost_factors
+
+    requests, _ = prepare_requests([e for e in toy_examples if e.split == "train"], tokenizer)
+    plain = BalancedSampler(requests, tokens_per_step=2000, power=1.0, seed=1)
+    boosted = BalancedSampler(requests, tokens_per_step=2000, power=1.0, seed=1, boost={"typing": 3.0})
+    family = "typing"
+    a, b = plain.family_share[family], boosted.family_share[family]
+    assert b > a and abs(b / (1 - b) - 3 * a / (1 - a)) < 1e-9  # the odds of drawing the family triple
+    assert abs(sum(boosted.family_share.values()) - 1) < 1e-9
+    with pytest.raises(ValueError, match="without requests"):
+        BalancedSampler(requests, boost={"no_such_family": 2.0})
+    with pytest.raises(ValueError, match="> 0"):
+        BalancedSampler(requests, boost={"typing": 0.0})
+    assert boost_factors("relevance=1.7, pair=1.2") == {"relevance": 1.7, "pair": 1.2} and boost_factors("") == {}
+    for bad in ("relevance", "relevance=x", "=2", "relevance=-1", "relevance=inf"):
+        with pytest.raises(ValueError):
+            FitConfig(family_boost=bad)
+
+
 def test_collated_indices_point_at_each_labels_logits(tiny_model, toy_examples, tokenizer) -> None:  # type: ignore[no-untyped-def]
     requests, _ = prepare_requests([e for e in toy_examples if e.split == "test"], tokenizer)
     requests = requests[:12]
