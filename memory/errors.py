@@ -10,7 +10,8 @@
     └── SystemTwoError                   the answer / summary endpoint failed or returned junk (detail)
 
 Controller failures keep their own types (`controller.errors.BackendError`): the write path turns them into
-`LinkStatus.RELATIONS_PENDING` rather than raising. Store failures keep `memory.store.errors.StoreError`.
+`LinkStatus.RELATIONS_PENDING` rather than raising. Store failures raise `memory.store.errors.StoreError`, a
+`MemoryEngineError` too (its NodeNotFoundError is this module's NodeNotFoundError as well).
 """
 
 from __future__ import annotations

@@ -30,11 +30,10 @@ from typing import Any
 
 from controller.errors import ControllerError
 from memory.errors import MemoryEngineError
-from memory.store.errors import StoreError
 
 log = logging.getLogger(__name__)
 
-USER_ERRORS: tuple[type[BaseException], ...] = (ControllerError, MemoryEngineError, StoreError, OSError, ValueError)
+USER_ERRORS: tuple[type[BaseException], ...] = (ControllerError, MemoryEngineError, OSError, ValueError)
 class UsageError(ValueError):
     """A command line that cannot be carried out as written."""
 

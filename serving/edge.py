@@ -124,9 +124,8 @@ def _allowed_methods(request: Request) -> str:
 
 async def _on_memory(request: Request, error: Exception) -> JSONResponse:
     from memory.errors import InvalidObservationError, InvalidQueryError, InvalidRelationError, NodeNotFoundError, SystemTwoError
-    from memory.store.errors import NodeNotFoundError as StoreNodeNotFoundError
 
-    if isinstance(error, (NodeNotFoundError, StoreNodeNotFoundError)):
+    if isinstance(error, NodeNotFoundError):  # the store's NodeNotFoundError is one too
         return error_response(request, 404, "not_found", str(error))
     if isinstance(error, (InvalidObservationError, InvalidQueryError, InvalidRelationError)):
         return validation_response(request, [{"loc": ["body"], "msg": str(error), "type": "value_error"}])
@@ -142,12 +141,10 @@ def _request_id(request: Request) -> str:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    from memory.errors import MemoryEngineError
-    from memory.store.errors import StoreError
+    from memory.errors import MemoryEngineError  # store errors included (StoreError is a MemoryEngineError)
 
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(ControllerError, _on_controller)
     app.add_exception_handler(HTTPFacingError, _on_serving)
     app.add_exception_handler(StarletteHTTPException, _on_http)
     app.add_exception_handler(MemoryEngineError, _on_memory)
-    app.add_exception_handler(StoreError, _on_memory)

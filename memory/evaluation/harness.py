@@ -33,7 +33,6 @@ from memory.evaluation.costs import jevmem_costs, router_diagnostics, write_qual
 from memory.evaluation.jevmem import ConversationRun, EngineFactory, run_conversation
 from memory.evaluation.metrics import BUDGETS, KS, GroupTable, Item, QuestionScore, aggregate, score_items
 from memory.store import open_store
-from memory.store.errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +271,7 @@ def run_locomo(
                 emb = embedder or _embedder(config.engine_embedder, config.engine_cache, config.threads)
                 factory, close = _engine_factory(controller, config, emb)
             systems[name], _ = run_engine_system(name, conversations, config, factory, progress)
-        except (ControllerError, MemoryEngineError, StoreError, ImportError, OSError) as error:
+        except (ControllerError, MemoryEngineError, ImportError, OSError) as error:
             # one system failing (no trained model, a broken store) must not sink the others
             log.exception("system %s failed", name)
             systems[name] = SystemResult(name, error=f"{type(error).__name__}: {error}")

@@ -1,7 +1,8 @@
-"""Store errors. One root, `StoreError`; every error carries the offending value.
+"""Store errors. Their root, `StoreError`, sits under the engine's root `memory.errors.MemoryEngineError`, so
+one `except MemoryEngineError` covers every engine and store failure; every error carries the offending value.
 
     StoreError
-    ├── NodeNotFoundError      (node_id); also a LookupError
+    ├── NodeNotFoundError      (node_id); also the engine's NodeNotFoundError and a LookupError
     ├── DuplicateNodeError     (node_id or seq already stored)
     ├── EmbeddingError         (wrong shape / non-finite values)
     ├── StoreConfigError       (dimension or embedder differs from the one the store was built with)
@@ -10,15 +11,15 @@
 
 from __future__ import annotations
 
+from memory import errors as engine_errors
 
-class StoreError(Exception):
+
+class StoreError(engine_errors.MemoryEngineError):
     """Root of the store errors."""
 
 
-class NodeNotFoundError(StoreError, LookupError):
-    def __init__(self, node_id: str) -> None:
-        super().__init__(f"no node with id {node_id!r}")
-        self.node_id = node_id
+class NodeNotFoundError(StoreError, engine_errors.NodeNotFoundError):
+    """A store lookup of an unknown id: catchable as the engine's `NodeNotFoundError` too."""
 
 
 class DuplicateNodeError(StoreError):

@@ -24,8 +24,12 @@ def test_exported_members_are_curated() -> None:
 
 
 def test_errors_share_one_root() -> None:
-    for error in (InvalidObservationError, NodeNotFoundError, ConfigError):
+    from memory.store import errors as store_errors
+
+    for error in (InvalidObservationError, NodeNotFoundError, ConfigError, store_errors.StoreError):
         assert issubclass(error, MemoryEngineError)
+    missing = store_errors.NodeNotFoundError("n9")  # what a store raises: the engine's NodeNotFoundError too
+    assert isinstance(missing, NodeNotFoundError) and isinstance(missing, LookupError) and missing.node_id == "n9"
     assert "MemoryError" not in memory.__all__
 
 

@@ -167,6 +167,21 @@ def test_the_last_possible_round_asks_only_relevance() -> None:
     assert any(e.via.startswith("expand:") for e in result.evidence)
 
 
+def test_ask_stop_off_sends_no_stopping_request_and_still_expands() -> None:
+    rules = {("relevance", "relevant"): lambda s: 0.9, ("relevance", "bridge"): lambda s: 0.9,
+             ("stopping", "evidence_sufficient"): lambda s: 0.99, ("routing", "multi_hop"): lambda s: 1.0}
+    backend = RuleBackend(rules)
+    engine = make_engine(backend, consolidation_every=0, n_seeds=2, seed_pool=3, max_depth=2, ask_stop=False)
+    ids = [engine.write(obs(text, i)).node_id for i, text in enumerate(FILLER[:8])]
+    for a, b in zip(ids, ids[1:]):
+        engine.link(a, b, "semantic")
+    backend.requests.clear()
+    result = engine.query("chat about painting", k=5)
+    assert not [r for r in backend.requests if "evidence" in r.state]  # with ask_stop this would stop at once (0.99)
+    assert "stop" not in [s.phase for s in result.trace] and [s.phase for s in result.trace].count("expand") >= 1
+    assert result.stopped_reason in ("depth", "budget", "exhausted")
+
+
 def test_stale_inferred_edges_are_not_walked() -> None:
     a = replace_fp("a", "old text")
     b = replace_fp("b", "other")
