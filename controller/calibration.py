@@ -9,7 +9,10 @@ Questions of the built-in Jev-Mem catalogue (recognised by their instructions, `
 the same rule at inference and in evaluation) get a temperature of their own per family and group,
 `"pair:noul"`, when the calibration split holds at least `min_family_examples` of them: the families are
 miscalibrated in different directions, so one shared T leaves each a little off. Everything else uses the
-group temperature.
+group temperature. A family's Nouls also get a bias (Platt scaling, sigmoid(z / T + b), both fitted jointly by
+NLL): a temperature can only sharpen or soften, and some families are shifted as well (their base rate on
+new data differs from what the heads learned). Choices keep a temperature alone (a shared shift cancels
+in the softmax).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class Calibration:
     model_hash: str | None = None
     fitted_on: dict[str, int] = field(default_factory=dict)  # examples per group (and per family:group)
     family_temperatures: dict[str, float] = field(default_factory=dict)  # "pair:noul" -> T
+    family_biases: dict[str, float] = field(default_factory=dict)  # "pair:noul" -> b (Nouls only)
 
     def __post_init__(self) -> None:
         for name, t in {**self.temperatures, **self.family_temperatures}.items():
@@ -60,6 +64,11 @@ class Calibration:
                 raise ArtifactError(f"unknown calibration group {name!r}; expected one of {', '.join(GROUPS)}")
             if not (math.isfinite(t) and t > 0):
                 raise ArtifactError(f"temperature of {name!r} must be a positive number, not {t!r}")
+        for name, b in self.family_biases.items():
+            if not name.endswith(":noul") or name not in self.family_temperatures:
+                raise ArtifactError(f"a bias needs a family Noul temperature beside it, got {name!r}")
+            if not math.isfinite(b):
+                raise ArtifactError(f"bias of {name!r} must be a finite number, not {b!r}")
 
     def temperature(self, kind: str, n_options: int, family: str | None = None) -> float:
         group = group_of(kind, n_options)
@@ -67,23 +76,31 @@ class Calibration:
             return float(self.family_temperatures[f"{family}:{group}"])
         return float(self.temperatures.get(group, 1.0))
 
+    def bias(self, kind: str, family: str | None = None) -> float:
+        """The Platt bias of a catalogue family's Nouls (0 for everything else)."""
+        if kind != "noul" or family is None:
+            return 0.0
+        return float(self.family_biases.get(f"{family}:noul", 0.0))
+
     def probabilities(self, kind: str, logits: np.ndarray, family: str | None = None) -> tuple[float, ...]:
         """Calibrated probabilities: (p_true,) for a Noul, a distribution otherwise."""
         z = np.asarray(logits, dtype=np.float64) / self.temperature(kind, len(logits), family)
         if kind == "noul":
-            return (float(_sigmoid(z[0])),)
+            return (float(_sigmoid(z[0] + self.bias(kind, family))),)
         return tuple(float(p) for p in _softmax(z))
 
     def to_json(self) -> dict[str, Any]:
         return {"format": FORMAT, "model_hash": self.model_hash, "temperatures": dict(sorted(self.temperatures.items())),
-                "family_temperatures": dict(sorted(self.family_temperatures.items())), "fitted_on": self.fitted_on}
+                "family_temperatures": dict(sorted(self.family_temperatures.items())),
+                "family_biases": dict(sorted(self.family_biases.items())), "fitted_on": self.fitted_on}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Calibration:
         if data.get("format") != FORMAT:
             raise ArtifactError(f"calibration format {data.get('format')!r} is not {FORMAT!r}")
         return cls({k: float(v) for k, v in data.get("temperatures", {}).items()}, data.get("model_hash"), dict(data.get("fitted_on", {})),
-                   {k: float(v) for k, v in data.get("family_temperatures", {}).items()})
+                   {k: float(v) for k, v in data.get("family_temperatures", {}).items()},
+                   {k: float(v) for k, v in data.get("family_biases", {}).items()})
 
 
 def identity(model_hash: str | None = None) -> Calibration:
@@ -117,7 +134,8 @@ def fit_temperatures(
     families: Sequence[str | None] | None = None,
     min_family_examples: int = 200,
 ) -> Calibration:
-    """Fit one temperature per group by NLL, and one per (catalogue family, group) with enough examples.
+    """Fit one temperature per group by NLL, and one per (catalogue family, group) with enough examples (for
+    a family's Nouls, a temperature and a bias, fitted jointly).
 
     `logits[i]` is one question's raw logits (1 for a Noul); `targets[i]` the Noul label in [0, 1] or the
     index of the correct option; `groups[i]` its `group_of(...)`; `families[i]` its catalogue family or None.
@@ -138,8 +156,39 @@ def fit_temperatures(
 
     kept = {name: idx for name, idx in by_family.items() if len(idx) >= min_family_examples}
     counts = {name: len(idx) for name, idx in sorted({**by_group, **kept}.items())}
-    return Calibration({g: fit(idx) for g, idx in sorted(by_group.items())}, model_hash, counts,
-                       {name: fit(idx) for name, idx in sorted(kept.items())})
+    family_t: dict[str, float] = {}
+    family_b: dict[str, float] = {}
+    for name, idx in sorted(kept.items()):
+        if name.endswith(":noul"):
+            family_t[name], family_b[name] = fit_platt([float(logits[i][0]) for i in idx], [float(targets[i]) for i in idx])
+        else:
+            family_t[name] = fit(idx)
+    return Calibration({g: fit(idx) for g, idx in sorted(by_group.items())}, model_hash, counts, family_t, family_b)
+
+
+def fit_platt(z: Sequence[float], y: Sequence[float], *, iterations: int = 50) -> tuple[float, float]:
+    """(T, b) minimising the mean BCE of sigmoid(z / T + b) against soft targets y (Newton's method on
+    a = 1 / T and b; the loss is convex in them). a is kept within [1 / MAX_T, 1 / MIN_T]."""
+    x = np.asarray(z, dtype=np.float64)
+    t = np.asarray(y, dtype=np.float64)
+    a, b = 1.0, 0.0
+    for _ in range(iterations):
+        p = 1.0 / (1.0 + np.exp(-(a * x + b)))
+        g = np.array([np.mean((p - t) * x), np.mean(p - t)])
+        w = p * (1.0 - p)
+        h = np.array([[np.mean(w * x * x), np.mean(w * x)], [np.mean(w * x), np.mean(w)]]) + 1e-9 * np.eye(2)
+        step = np.linalg.solve(h, g)
+        a, b = a - float(step[0]), b - float(step[1])
+        a = min(max(a, 1.0 / MAX_T), 1.0 / MIN_T)
+        if float(np.abs(step).max()) < 1e-10:
+            break
+    return 1.0 / a, b
+
+
+def noul_nll(z: Sequence[float], y: Sequence[float], temperature: float, bias: float = 0.0) -> float:
+    """Mean BCE of sigmoid(z / temperature + bias) against targets y."""
+    s = np.asarray(z, dtype=np.float64) / temperature + bias
+    return float(np.mean(np.logaddexp(0.0, s) - np.asarray(y, dtype=np.float64) * s))
 
 
 def nll(rows: Sequence[np.ndarray], ys: Sequence[float], temperature: float, *, noul: bool) -> float:

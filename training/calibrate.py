@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from controller.calibration import Calibration, fit_temperatures, group_of, nll
+from controller.calibration import Calibration, fit_temperatures, group_of, nll, noul_nll
 from training.predict import Prediction
 
 
@@ -50,9 +50,15 @@ def calibrate_predictions(predictions: Sequence[Prediction], model_hash: str | N
         idx = [i for i, x in enumerate(groups) if x == g]
         rows, ys = [logits[i] for i in idx], [targets[i] for i in idx]
         before[g] = round(nll(rows, ys, 1.0, noul=g == "noul"), 5)
-        by_t: dict[float, list[int]] = {}  # questions sharing a temperature (their group's or their family's)
+        by_t: dict[tuple[float, float], list[int]] = {}  # questions sharing (temperature, bias): their group's or family's
         for i in idx:
-            by_t.setdefault(calibration.temperature(predictions[i].kind, len(logits[i]), families[i]), []).append(i)
-        total = sum(len(ix) * nll([logits[i] for i in ix], [targets[i] for i in ix], t, noul=g == "noul") for t, ix in by_t.items())
+            kind = predictions[i].kind
+            by_t.setdefault((calibration.temperature(kind, len(logits[i]), families[i]), calibration.bias(kind, families[i])), []).append(i)
+        total = 0.0
+        for (t, b), ix in by_t.items():
+            if g == "noul":
+                total += len(ix) * noul_nll([logits[i][0] for i in ix], [targets[i] for i in ix], t, b)
+            else:
+                total += len(ix) * nll([logits[i] for i in ix], [targets[i] for i in ix], t, noul=False)
         after[g] = round(total / len(idx), 5)
     return CalibrationResult(calibration, before, after)

@@ -71,7 +71,8 @@ def build_metrics(run_dir: str | Path, model_dir: str | Path) -> dict[str, Any]:
         "data": stages.get("build_data", {}),
         "fit": stages.get("fit", {}),
         "calibration": {**stages.get("calibrate", {}), "temperatures": calibration.get("temperatures"),
-                        "family_temperatures": calibration.get("family_temperatures"), "fitted_on": calibration.get("fitted_on")},
+                        "family_temperatures": calibration.get("family_temperatures"), "family_biases": calibration.get("family_biases"),
+                        "fitted_on": calibration.get("fitted_on")},
         "export": stages.get("export", {}),
         "heldout": evaluation.get("heldout", {}),
         "robustness": evaluation.get("robustness", {}),
@@ -120,7 +121,8 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         "Local System One controller for Jev-Mem: the packed MiniLM-L6 cross-encoder (sentence-transformers/all-MiniLM-L6-v2, "
         "6 layers, 384 hidden) with a LoRA adapter (r=8, alpha=16, dropout 0.1 on query/key/value/dense) and a fully trained "
         "3-way readout head (Noul / Choice option / Score level), temperature-calibrated per question kind and option count, "
-        "with a temperature of its own for each Jev-Mem catalogue family that has enough calibration data.",
+        "with a temperature of its own for each Jev-Mem catalogue family that has enough calibration data (and, for that "
+        "family's Nouls, a bias: Platt scaling).",
         "",
         f"- artifact hash: `{m.get('artifact_hash')}`",
         f"- base weights sha256: `{(m.get('base_model') or {}).get('sha256')}`",
@@ -147,6 +149,7 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         "- losses: BCE (Noul), cross-entropy to soft targets (Choice), cross-entropy + ranked probability score (Score); "
         "family-balanced sampling; AdamW, linear warmup/decay, gradient clipping.",
         f"- temperatures: {json.dumps(temps)}",
+        f"- Noul biases per family (Platt): {json.dumps(metrics.get('calibration', {}).get('family_biases') or {})}",
         "",
         "## Held-out results (LoCoMo dev conv-26/30 + synthetic test shard)",
         "",

@@ -81,3 +81,35 @@ def test_catalogue_families_get_their_own_temperature_when_they_have_the_data(tm
     path = tmp_path / "calibration.json"
     save_calibration(cal, path)
     assert load_calibration(path, "h") == cal
+
+
+def test_family_nouls_get_a_platt_bias_that_undoes_a_shift(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from controller.calibration import fit_platt, noul_nll
+
+    rng = np.random.default_rng(2)
+    z = rng.normal(0, 2, size=4000)
+    y = (rng.random(4000) < 1 / (1 + np.exp(-z))).astype(float)
+    # "relevance" logits are 2x over-confident AND shifted up by 1.5: a temperature alone cannot fix both.
+    seen = 2 * z + 1.5
+    t, b = fit_platt(seen, y)
+    assert t == pytest.approx(2.0, rel=0.1) and b == pytest.approx(-0.75, abs=0.15)
+    assert noul_nll(seen, y, t, b) < noul_nll(seen, y, t) - 0.01  # the bias earns its keep
+    cal = fit_temperatures([[v] for v in seen], list(y), ["noul"] * 4000, families=["relevance"] * 4000, model_hash="h")
+    assert cal.family_biases["relevance:noul"] == pytest.approx(b, abs=1e-6)
+    p = cal.probabilities("noul", np.array([seen[0]]), "relevance")[0]
+    assert p == pytest.approx(1 / (1 + math.exp(-(seen[0] / t + b))), rel=1e-6)
+    assert cal.bias("noul", None) == 0.0 and cal.bias("choice", "relevance") == 0.0
+    path = tmp_path / "calibration.json"
+    save_calibration(cal, path)
+    assert load_calibration(path, "h") == cal
+    with pytest.raises(ArtifactError):
+        Calibration({"noul": 1.0}, family_biases={"relevance:noul": 0.3})  # a bias without its family temperature
+    with pytest.raises(ArtifactError):
+        Calibration({"noul": 1.0}, family_temperatures={"relevance:noul": 1.0}, family_biases={"relevance:noul": float("nan")})
+
+
+def test_platt_handles_separable_data_without_diverging() -> None:
+    from controller.calibration import MAX_T, MIN_T, fit_platt
+
+    t, b = fit_platt([-3.0, -2.0, 2.0, 3.0], [0.0, 0.0, 1.0, 1.0])
+    assert MIN_T <= t <= MAX_T and math.isfinite(b)
