@@ -139,11 +139,13 @@ class SystemOneClient:
 
     `backend` is a registered name (`heuristic`, `local`, `remote`) or a `Backend` instance; extra keyword
     options go to the backend factory. `retry`, `timeout` and `extra_headers` are accepted for signature
-    compatibility and have no effect in process.
+    compatibility and have no effect in process. `close()` closes a backend the client created from a name;
+    a `Backend` instance passed in stays open (whoever created it closes it).
     """
 
     def __init__(self, backend: str | Backend = "heuristic", *, model: str | None = None, **backend_options: Any) -> None:
         self._backend = _resolve_backend(backend, backend_options)
+        self._owns_backend = isinstance(backend, str)
         self._model = model or os.environ.get("TYPESAFE_DEFAULT_MODEL") or None
         self.models = Models(self._backend)
 
@@ -179,7 +181,8 @@ class SystemOneClient:
         return [finish_request(p, r) for p, r in _aligned(planned, results)]  # type: ignore[misc]
 
     def close(self) -> None:
-        self._backend.close()
+        if self._owns_backend:
+            self._backend.close()
 
     def __enter__(self) -> SystemOneClient:
         return self
@@ -189,10 +192,11 @@ class SystemOneClient:
 
 
 class AsyncSystemOneClient:
-    """Asynchronous twin of `SystemOneClient`; the backend runs in a worker thread."""
+    """Asynchronous twin of `SystemOneClient`; the backend runs in a worker thread (closing as there)."""
 
     def __init__(self, backend: str | Backend = "heuristic", *, model: str | None = None, **backend_options: Any) -> None:
         self._backend = _resolve_backend(backend, backend_options)
+        self._owns_backend = isinstance(backend, str)
         self._model = model or os.environ.get("TYPESAFE_DEFAULT_MODEL") or None
         self.models = AsyncModels(self._backend)
 
@@ -227,7 +231,8 @@ class AsyncSystemOneClient:
         return [finish_request(p, r) for p, r in _aligned(planned, results)]  # type: ignore[misc]
 
     async def aclose(self) -> None:
-        self._backend.close()
+        if self._owns_backend:
+            self._backend.close()
 
     async def __aenter__(self) -> AsyncSystemOneClient:
         return self

@@ -130,7 +130,39 @@ def test_backend_sees_no_keys_and_no_duplicates() -> None:
     (request,) = fake.calls[-1]
     assert len(request.questions) == 2
     assert "secret-key" not in repr(request)
-    assert fake.closed
+    assert not fake.closed  # a backend passed in belongs to the caller: the client's close leaves it open
+
+
+def test_client_closes_only_a_backend_it_created() -> None:
+    import asyncio
+
+    from controller.backend import register_backend
+    from controller.client import AsyncSystemOneClient
+
+    made: list[FakeBackend] = []
+
+    def factory(**options: object) -> FakeBackend:
+        made.append(FakeBackend())
+        return made[-1]
+
+    import uuid
+
+    name = f"fake-owned-{uuid.uuid4().hex}"  # the registry is process-wide: a fresh name per run
+    register_backend(name, factory)
+    with SystemOneClient(name) as c:
+        c.system_one(STATE, GENERIC)
+    assert made[-1].closed
+
+    async def run() -> None:
+        async with AsyncSystemOneClient(name) as a:
+            await a.system_one(STATE, GENERIC)
+        passed = FakeBackend()
+        async with AsyncSystemOneClient(passed) as b:
+            await b.system_one(STATE, GENERIC)
+        assert not passed.closed
+
+    asyncio.run(run())
+    assert made[-1].closed and len(made) == 2
 
 
 def test_response_shape(client: SystemOneClient) -> None:
