@@ -9,10 +9,11 @@ Questions of the built-in Jev-Mem catalogue (recognised by their instructions, `
 the same rule at inference and in evaluation) get a temperature of their own per family and group,
 `"pair:noul"`, when the calibration split holds at least `min_family_examples` of them: the families are
 miscalibrated in different directions, so one shared T leaves each a little off. Everything else uses the
-group temperature. A family's Nouls also get a bias (Platt scaling, sigmoid(z / T + b), both fitted jointly by
-NLL): a temperature can only sharpen or soften, and some families are shifted as well (their base rate on
-new data differs from what the heads learned). Choices keep a temperature alone (a shared shift cancels
-in the softmax).
+group temperature. On request (`bias=True`) a family's Nouls also get a bias (Platt scaling,
+sigmoid(z / T + b), fitted jointly by NLL), kept only where it survives cross-validation across folds: a
+temperature can only sharpen or soften, a bias can also shift. It is off by default because on the shipped
+model it lowered the calibration-split NLL but not the held-out NLL (the shift did not carry over to new
+conversations). Choices keep a temperature alone (a shared shift cancels in the softmax).
 """
 
 from __future__ import annotations
@@ -133,12 +134,18 @@ def fit_temperatures(
     model_hash: str | None = None,
     families: Sequence[str | None] | None = None,
     min_family_examples: int = 200,
+    bias: bool = False,
+    folds: Sequence[str] | None = None,
 ) -> Calibration:
     """Fit one temperature per group by NLL, and one per (catalogue family, group) with enough examples (for
     a family's Nouls, a temperature and a bias, fitted jointly).
 
     `logits[i]` is one question's raw logits (1 for a Noul); `targets[i]` the Noul label in [0, 1] or the
     index of the correct option; `groups[i]` its `group_of(...)`; `families[i]` its catalogue family or None.
+    With `bias`, a family's Nouls get a bias too (Platt scaling); with `folds` as well (for example each
+    example's data source), that bias is kept only when it lowers
+    the out-of-fold NLL (fit on the other folds, scored on each); a bias that does not carry over from one
+    source to another would make the calibration worse on new data than a temperature alone.
     """
     if not len(logits) == len(targets) == len(groups) or (families is not None and len(families) != len(groups)):
         raise ValueError("logits, targets, groups (and families) must have the same length")
@@ -159,8 +166,12 @@ def fit_temperatures(
     family_t: dict[str, float] = {}
     family_b: dict[str, float] = {}
     for name, idx in sorted(kept.items()):
-        if name.endswith(":noul"):
-            family_t[name], family_b[name] = fit_platt([float(logits[i][0]) for i in idx], [float(targets[i]) for i in idx])
+        if bias and name.endswith(":noul"):
+            z, y = [float(logits[i][0]) for i in idx], [float(targets[i]) for i in idx]
+            if folds is None or bias_carries_over(z, y, [folds[i] for i in idx]):
+                family_t[name], family_b[name] = fit_platt(z, y)
+            else:
+                family_t[name] = fit(idx)
         else:
             family_t[name] = fit(idx)
     return Calibration({g: fit(idx) for g, idx in sorted(by_group.items())}, model_hash, counts, family_t, family_b)
@@ -183,6 +194,25 @@ def fit_platt(z: Sequence[float], y: Sequence[float], *, iterations: int = 50) -
         if float(np.abs(step).max()) < 1e-10:
             break
     return 1.0 / a, b
+
+
+def bias_carries_over(z: Sequence[float], y: Sequence[float], folds: Sequence[str], *, min_fold: int = 30) -> bool:
+    """Does a bias beside the temperature lower the out-of-fold NLL? Folds with fewer than `min_fold`
+    examples on either side are skipped; with no usable fold the bias is kept (nothing to check it against)."""
+    x, t, f = np.asarray(z, dtype=np.float64), np.asarray(y, dtype=np.float64), np.asarray(folds, dtype=object)
+    with_bias = without = 0.0
+    checked = 0
+    for key in sorted(set(folds)):
+        test = f == key
+        train = ~test
+        if test.sum() < min_fold or train.sum() < min_fold:
+            continue
+        temperature = _fit_group([np.array([v]) for v in x[train]], list(t[train]), noul=True)
+        pt, pb = fit_platt(x[train], t[train])
+        without += float(test.sum()) * noul_nll(x[test], t[test], temperature)
+        with_bias += float(test.sum()) * noul_nll(x[test], t[test], pt, pb)
+        checked += 1
+    return checked == 0 or with_bias < without
 
 
 def noul_nll(z: Sequence[float], y: Sequence[float], temperature: float, bias: float = 0.0) -> float:

@@ -3,7 +3,8 @@
     result = calibrate_predictions(predictions, model_hash)   # one T per kind / option-count group (+ per catalogue family)
     save_calibration(result.calibration, model_dir / "calibration.json")
 
-Uses `controller.calibration.fit_temperatures` (NLL-optimal T per group, bound to the model hash). A Choice
+Uses `controller.calibration.fit_temperatures` (NLL-optimal T per group, bound to the model hash; a family's
+Noul bias only where it survives cross-validation across data sources, `source_folds`). A Choice
 or Score question is fitted on the index of its most probable target option; a Noul on its target
 probability. Groups without calibration data keep T = 1.
 """
@@ -39,12 +40,31 @@ def calibration_inputs(predictions: Sequence[Prediction]) -> tuple[list[np.ndarr
     return logits, targets, groups
 
 
-def calibrate_predictions(predictions: Sequence[Prediction], model_hash: str | None) -> CalibrationResult:
+def source_folds(predictions: Sequence[Prediction]) -> list[str]:
+    """Cross-validation folds for the bias check: the data source (`locomo`, `synthetic`, ...) of each example's
+    group; a family drawn from one source alone is split in two by a stable hash of the group instead."""
+    import hashlib
+
+    sources = [p.group.partition(":")[0] for p in predictions]
+    by_family: dict[str | None, set[str]] = {}
+    for p, source in zip(predictions, sources):
+        by_family.setdefault(p.label.catalogue, set()).add(source)
+    out = []
+    for p, source in zip(predictions, sources):
+        if len(by_family[p.label.catalogue]) > 1:
+            out.append(source)
+        else:
+            out.append(f"{source}/{hashlib.blake2b(p.group.encode(), digest_size=2).digest()[0] % 2}")
+    return out
+
+
+def calibrate_predictions(predictions: Sequence[Prediction], model_hash: str | None, *, bias: bool = False) -> CalibrationResult:
     if not predictions:
         raise ValueError("calibration needs predictions on the calibration split; it is empty")
     logits, targets, groups = calibration_inputs(predictions)
     families = [p.label.catalogue for p in predictions]
-    calibration = fit_temperatures(logits, targets, groups, model_hash=model_hash, families=families)
+    calibration = fit_temperatures(logits, targets, groups, model_hash=model_hash, families=families, bias=bias,
+                                   folds=source_folds(predictions) if bias else None)
     before, after = {}, {}
     for g in sorted(set(groups)):
         idx = [i for i, x in enumerate(groups) if x == g]

@@ -39,6 +39,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-states", type=int, default=PipelineConfig.eval_states, help="held-out states per source and family (0: all)")
     p.add_argument("--robust-states", type=int, default=PipelineConfig.robust_states)
     p.add_argument("--npair-states", type=int, default=PipelineConfig.npair_states)
+    p.add_argument("--calibration-bias", action="store_true",
+                   help="also fit a Noul bias per catalogue family where it survives cross-validation across sources (off: it did not help held-out NLL)")
 
 
 def add_parser(sub: Any) -> None:
@@ -67,7 +69,7 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
     return PipelineConfig(
         run_dir=args.run_dir, model_dir=args.model_dir, data_dir=args.data_dir, base_path=args.base, fit=fit,
         noul_as_choice_rate=args.noul_as_choice_rate, calibration_states=args.calibration_states, eval_states=args.eval_states,
-        robust_states=args.robust_states, npair_states=args.npair_states,
+        robust_states=args.robust_states, npair_states=args.npair_states, calibration_bias=args.calibration_bias,
         progress=not args.no_progress, command=command, **extra,
     )
 

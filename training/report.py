@@ -121,8 +121,7 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         "Local System One controller for Jev-Mem: the packed MiniLM-L6 cross-encoder (sentence-transformers/all-MiniLM-L6-v2, "
         "6 layers, 384 hidden) with a LoRA adapter (r=8, alpha=16, dropout 0.1 on query/key/value/dense) and a fully trained "
         "3-way readout head (Noul / Choice option / Score level), temperature-calibrated per question kind and option count, "
-        "with a temperature of its own for each Jev-Mem catalogue family that has enough calibration data (and, for that "
-        "family's Nouls, a bias: Platt scaling).",
+        "with a temperature of its own for each Jev-Mem catalogue family that has enough calibration data.",
         "",
         f"- artifact hash: `{m.get('artifact_hash')}`",
         f"- base weights sha256: `{(m.get('base_model') or {}).get('sha256')}`",
@@ -149,7 +148,8 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         "- losses: BCE (Noul), cross-entropy to soft targets (Choice), cross-entropy + ranked probability score (Score); "
         "family-balanced sampling; AdamW, linear warmup/decay, gradient clipping.",
         f"- temperatures: {json.dumps(temps)}",
-        f"- Noul biases per family (Platt): {json.dumps(metrics.get('calibration', {}).get('family_biases') or {})}",
+        *([f"- Noul biases per family (Platt, `--calibration-bias`): {json.dumps(metrics['calibration']['family_biases'])}"]
+          if metrics.get("calibration", {}).get("family_biases") else []),
         "",
         "## Held-out results (LoCoMo dev conv-26/30 + synthetic test shard)",
         "",

@@ -94,7 +94,8 @@ def test_family_nouls_get_a_platt_bias_that_undoes_a_shift(tmp_path) -> None:  #
     t, b = fit_platt(seen, y)
     assert t == pytest.approx(2.0, rel=0.1) and b == pytest.approx(-0.75, abs=0.15)
     assert noul_nll(seen, y, t, b) < noul_nll(seen, y, t) - 0.01  # the bias earns its keep
-    cal = fit_temperatures([[v] for v in seen], list(y), ["noul"] * 4000, families=["relevance"] * 4000, model_hash="h")
+    cal = fit_temperatures([[v] for v in seen], list(y), ["noul"] * 4000, families=["relevance"] * 4000, model_hash="h", bias=True)
+    assert not fit_temperatures([[v] for v in seen], list(y), ["noul"] * 4000, families=["relevance"] * 4000).family_biases  # off by default
     assert cal.family_biases["relevance:noul"] == pytest.approx(b, abs=1e-6)
     p = cal.probabilities("noul", np.array([seen[0]]), "relevance")[0]
     assert p == pytest.approx(1 / (1 + math.exp(-(seen[0] / t + b))), rel=1e-6)
@@ -113,3 +114,20 @@ def test_platt_handles_separable_data_without_diverging() -> None:
 
     t, b = fit_platt([-3.0, -2.0, 2.0, 3.0], [0.0, 0.0, 1.0, 1.0])
     assert MIN_T <= t <= MAX_T and math.isfinite(b)
+
+
+def test_a_bias_that_does_not_carry_over_across_sources_is_dropped() -> None:
+    from controller.calibration import bias_carries_over
+
+    rng = np.random.default_rng(3)
+    z = rng.normal(0, 2, size=2000)
+    y = (rng.random(2000) < 1 / (1 + np.exp(-z))).astype(float)
+    # Source "a" is shifted up by 2, source "b" down by 2: a shared bias helps neither on the other.
+    seen = np.where(np.arange(2000) < 1000, z + 2.0, z - 2.0)
+    folds = ["a"] * 1000 + ["b"] * 1000
+    assert not bias_carries_over(seen, y, folds)
+    # The same shift in both sources carries over.
+    assert bias_carries_over(z + 1.5, y, folds)
+    cal = fit_temperatures([[v] for v in seen], list(y), ["noul"] * 2000, families=["pair"] * 2000, folds=folds, model_hash="h", bias=True)
+    assert "pair:noul" in cal.family_temperatures and "pair:noul" not in cal.family_biases
+    assert bias_carries_over(seen[:10], y[:10], folds[:10])  # nothing to check against: the bias stays

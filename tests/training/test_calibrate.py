@@ -53,3 +53,18 @@ def test_calibration_needs_data() -> None:
     with pytest.raises(ValueError, match="empty"):
         calibrate_predictions([], "h")
     assert Calibration().temperature("noul", 1) == 1.0
+
+
+def test_source_folds_split_by_source_or_by_group_hash() -> None:
+    from training.calibrate import source_folds
+
+    def pred(family: str, group: str) -> Prediction:
+        return Prediction(Label("noul", (1.0,), 1.0, family, "q", group, catalogue=family), np.array([0.0]), "calibration", group)
+
+    preds = [pred("pair", "locomo:conv-44"), pred("pair", "synthetic:pairs:1:8"),
+             *(pred("typing", f"synthetic:typing:{s}:8") for s in range(40))]
+    folds = source_folds(preds)
+    assert folds[:2] == ["locomo", "synthetic"]  # two sources: one fold each
+    typing = set(folds[2:])
+    assert typing <= {"synthetic/0", "synthetic/1"} and len(typing) == 2  # one source: two stable halves
+    assert source_folds(preds) == folds
