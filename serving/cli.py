@@ -208,6 +208,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         engine_embedder=args.embedder, engine_config=args.config, store=args.store, query_k=args.k,
         bootstrap_draws=args.bootstrap, seed=args.seed, write_quality=not args.no_write_quality, cache=not args.no_cache,
         engine_cache=args.engine_cache, threads=args.threads, max_turns=args.max_turns, model_dir=args.model_dir,
+        spinning=not args.no_spin,
     )
     report = run_locomo(convs, config, progress=_eval_progress)
     if args.out:
@@ -302,6 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine-cache", action="store_true", help="cache the engine's embeddings too (hides their cost)")
     p.add_argument("--threads", type=int, default=1, help="torch / onnxruntime threads (default 1)")
     p.add_argument("--model-dir", default=None, help="the local controller's model directory (default: the committed model)")
+    p.add_argument("--no-spin", action="store_true",
+                   help="the local controller's onnxruntime threads sleep between calls instead of spinning (they then leave "
+                        "the cores to embedding and retrieval)")
     p.add_argument("--max-turns", type=int, default=None,
                    help="quick / timing runs: first N turns per conversation and the questions they answer")
     p.set_defaults(func=cmd_eval)

@@ -63,6 +63,7 @@ class EvalConfig:
     engine_cache: bool = False  # the same cache for the engine: faster reruns, but hides embedding cost
     threads: int = 1  # torch / onnxruntime threads (MiniLM, local controller); >1 thrashes on busy shared cores
     model_dir: str | None = None  # the local controller's model directory (default: the committed model)
+    spinning: bool = True  # the local controller's onnxruntime threads spin between calls (False: they sleep at once)
     max_turns: int | None = None  # quick / timing runs: the first N turns of each conversation and the
     #                               questions whose gold turns all lie among them (not the reference protocol)
 
@@ -200,7 +201,7 @@ def _engine_config(value: str | None) -> EngineConfig:
 def _engine_factory(controller: str, config: EvalConfig, embedder: Embedder) -> tuple[EngineFactory, Callable[[], None]]:
     """One controller client and embedder shared by the per-conversation engines; each gets a fresh store."""
     engine_config = _engine_config(config.engine_config)
-    options = {"threads": config.threads, "model_dir": config.model_dir} if controller == "local" else {}
+    options = {"threads": config.threads, "model_dir": config.model_dir, "spinning": config.spinning} if controller == "local" else {}
     client = SystemOneClient(controller, **options)
     embedder.embed(["warm-up"])  # load the model now, not inside the first timed write
 
