@@ -172,3 +172,21 @@ def test_module_entry_point(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert "no memory store" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_no_spin_reaches_the_local_controller_only(db: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from memory.engine import Engine
+
+    seen: list[dict[str, Any]] = []
+    real_open = Engine.open
+
+    def spy(path: Any, **kwargs: Any) -> Any:
+        seen.append(dict(kwargs))
+        kwargs.pop("spinning", None)  # the heuristic stands in for the local model here
+        return real_open(path, **{**kwargs, "controller": "heuristic"})
+
+    monkeypatch.setattr(Engine, "open", spy)
+    assert run(capsys, "stats", "--db", str(db), "--controller", "local", "--no-spin")[0] == 0
+    assert run(capsys, "stats", "--db", str(db), "--controller", "heuristic", "--no-spin")[0] == 0
+    assert run(capsys, "stats", "--db", str(db), "--controller", "local")[0] == 0
+    assert [k.get("spinning") for k in seen] == [False, None, None]
