@@ -170,10 +170,8 @@ def fit_temperatures(
             z, y = [float(logits[i][0]) for i in idx], [float(targets[i]) for i in idx]
             if folds is None or bias_carries_over(z, y, [folds[i] for i in idx]):
                 family_t[name], family_b[name] = fit_platt(z, y)
-            else:
-                family_t[name] = fit(idx)
-        else:
-            family_t[name] = fit(idx)
+                continue
+        family_t[name] = fit(idx)
     return Calibration({g: fit(idx) for g, idx in sorted(by_group.items())}, model_hash, counts, family_t, family_b)
 
 
@@ -216,18 +214,16 @@ def bias_carries_over(z: Sequence[float], y: Sequence[float], folds: Sequence[st
 
 
 def noul_nll(z: Sequence[float], y: Sequence[float], temperature: float, bias: float = 0.0) -> float:
-    """Mean BCE of sigmoid(z / temperature + bias) against targets y."""
+    """Mean BCE of sigmoid(z / temperature + bias) against (soft) targets y, computed from logits."""
     s = np.asarray(z, dtype=np.float64) / temperature + bias
     return float(np.mean(np.logaddexp(0.0, s) - np.asarray(y, dtype=np.float64) * s))
 
 
-def nll(rows: Sequence[np.ndarray], ys: Sequence[float], temperature: float, *, noul: bool) -> float:
-    """Mean negative log-likelihood at `temperature`."""
-    beta = 1.0 / temperature
+def nll(rows: Sequence[np.ndarray], ys: Sequence[float], temperature: float, *, noul: bool, bias: float = 0.0) -> float:
+    """Mean negative log-likelihood at `temperature` (and, for Nouls, `bias`)."""
     if noul:
-        z = beta * np.array([r[0] for r in rows])
-        y = np.array(ys)
-        return float(np.mean(np.logaddexp(0.0, z) - y * z))  # BCE with logits
+        return noul_nll([r[0] for r in rows], ys, temperature, bias)
+    beta = 1.0 / temperature
     total = 0.0
     for n in sorted({len(r) for r in rows}):  # stack questions with the same option count
         sel = [i for i, r in enumerate(rows) if len(r) == n]

@@ -159,9 +159,13 @@ class MiniLMEmbedder:
         enc = self._tokenizer(list(texts), padding=True, truncation=True, max_length=self._max_length, return_tensors="pt")
         with torch.inference_mode():
             hidden = self._model(**enc).last_hidden_state  # (B, T, H)
-        mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
-        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-        return pooled.float().numpy()
+        return mean_pool(hidden, enc["attention_mask"]).float().numpy()
+
+
+def mean_pool(hidden: Any, attention_mask: Any) -> Any:
+    """Mean of the unmasked token states (torch tensors (B, T, H), (B, T) -> (B, H)); the ONNX graph pools the same way."""
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
 
 
 def _resolve_runtime(runtime: Runtime) -> Literal["torch", "onnx"]:

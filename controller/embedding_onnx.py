@@ -182,6 +182,8 @@ def export_graph(model: Any, path: Path, example: dict[str, np.ndarray]) -> None
     """
     import torch
 
+    from controller.embedding import mean_pool
+
     class Pooled(torch.nn.Module):
         def __init__(self, bert: Any) -> None:
             super().__init__()
@@ -189,8 +191,7 @@ def export_graph(model: Any, path: Path, example: dict[str, np.ndarray]) -> None
 
         def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
             hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
-            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)  # (B, H)
+            pooled = mean_pool(hidden, attention_mask)  # (B, H)
             return pooled / pooled.norm(dim=1, keepdim=True).clamp(min=1e-12)
 
     if bool(example["attention_mask"].all()):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from controller.calibration import Calibration, fit_temperatures, group_of, nll, noul_nll
+from controller.calibration import Calibration, fit_temperatures, group_of, nll
 from training.predict import Prediction
 
 
@@ -74,11 +74,7 @@ def calibrate_predictions(predictions: Sequence[Prediction], model_hash: str | N
         for i in idx:
             kind = predictions[i].kind
             by_t.setdefault((calibration.temperature(kind, len(logits[i]), families[i]), calibration.bias(kind, families[i])), []).append(i)
-        total = 0.0
-        for (t, b), ix in by_t.items():
-            if g == "noul":
-                total += len(ix) * noul_nll([logits[i][0] for i in ix], [targets[i] for i in ix], t, b)
-            else:
-                total += len(ix) * nll([logits[i] for i in ix], [targets[i] for i in ix], t, noul=False)
+        total = sum(len(ix) * nll([logits[i] for i in ix], [targets[i] for i in ix], t, noul=g == "noul", bias=b)
+                    for (t, b), ix in by_t.items())
         after[g] = round(total / len(idx), 5)
     return CalibrationResult(calibration, before, after)

@@ -79,6 +79,8 @@ class FitConfig:
     def fingerprint(self) -> str:
         """What a checkpoint must agree on to be resumed (run-time knobs excluded)."""
         keep = {k: v for k, v in asdict(self).items() if k not in ("threads", "checkpoint_every", "keep_checkpoints", "max_minutes")}
+        if not keep["family_boost"]:  # added later: runs without a boost keep the fingerprint they had
+            del keep["family_boost"]
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
 
