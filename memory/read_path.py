@@ -8,10 +8,11 @@
             missing_evidence, contradiction (a round at the depth or budget limit, or with an empty frontier,
             ends without asking, and asks only `relevant` of its candidates when no expansion can follow)
     expand  from judged nodes with relevant or bridge >= tau_frontier, per active view, within its budget
-    rank    seed_weight * structure + relevance_weight * (p_relevant - 0.5)  [+ recency terms]; seeds always,
-            a node found by traversal only when p_relevant > tau_admit
+    rank    seed_weight * structure + relevance_weight * (p_relevant - centre)  [+ recency terms], the centre
+            being the query's mean judged p_relevant (0.5 without center_relevance); seeds always, a node found
+            by traversal only when p_relevant > tau_admit
 
-With an uninformative controller (every probability 0.5) the relevance term vanishes and nothing found by
+With an uninformative controller (every probability 0.5) the relevance term vanishes (either centre) and nothing found by
 traversal is admitted (0.5 does not exceed tau_admit = 0.5), so the ranking is the hybrid RRF order. An admitted
 node's structure is expand_decay x its parent's x the edge weight.
 If the controller fails, the query still returns the ranking built so far, with stopped_reason
@@ -52,13 +53,24 @@ class _Tracer:
         self._last = now
 
 
-def score(cand: Candidate, route: Route, config: EngineConfig, newest: int, oldest: int) -> float:
+def relevance_center(candidates: Iterable[Candidate], config: EngineConfig) -> float:
+    """The p_relevant that adds nothing to a score: 0.5, or with `center_relevance` the mean over this query's
+    judged candidates, so that an unjudged pool node ranks as an average judged one would (a calibrated
+    controller's p_relevant sits near the low base rate, and centring at 0.5 would push every judged seed
+    below the unjudged tail of the pool)."""
+    if not config.center_relevance:
+        return 0.5
+    judged = [c.relevant for c in candidates if c.relevant is not None]
+    return sum(judged) / len(judged) if judged else 0.5
+
+
+def score(cand: Candidate, route: Route, config: EngineConfig, newest: int, oldest: int, center: float = 0.5) -> float:
     structure = cand.structure
     if cand.reached > structure and cand.relevant is not None and cand.relevant > config.tau_admit:
         structure = cand.reached  # the graph lifts a seed only once it is judged relevant (like tau_admit)
     value = config.seed_weight * structure
     if cand.relevant is not None:
-        value += config.relevance_weight * (cand.relevant - 0.5)
+        value += config.relevance_weight * (cand.relevant - center)
     recency = route.probabilities.get("recency", 0.0)
     if config.recency_weight and newest > oldest:
         value += config.recency_weight * recency * (cand.node.seq - oldest) / (newest - oldest)
@@ -70,7 +82,8 @@ def score(cand: Candidate, route: Route, config: EngineConfig, newest: int, olde
 def rank(candidates: Sequence[Candidate], route: Route, config: EngineConfig) -> list[tuple[Candidate, float]]:
     seqs = [c.node.seq for c in candidates]
     newest, oldest = (max(seqs), min(seqs)) if seqs else (0, 0)
-    scored = [(c, score(c, route, config, newest, oldest)) for c in candidates]
+    center = relevance_center(candidates, config)
+    scored = [(c, score(c, route, config, newest, oldest, center)) for c in candidates]
     return sorted(scored, key=lambda cs: (-cs[1], -cs[0].structure, cs[0].node.seq))
 
 

@@ -8,6 +8,8 @@
     jevmem stats  --db PATH [--json]
     jevmem eval locomo --data PATH [--audit PATH] [--conversations conv-26 ...] [--controller heuristic local]
                   [--systems bm25,dense,rrf,jevmem-heuristic] [--out DIR] ...
+    jevmem eval sweep  --data PATH [--audit PATH] [--conversations ...] [--controller heuristic|local]
+                  [--config PRESET|FILE.json] --variants '{"name": {read-path field: value}, ...}'
     jevmem serve  [--host H] [--port P] [--controller NAME]
 
 JSONL input: one object per line with `content` (or `text`) and optional `observed_at`, `event_time` (ISO 8601),
@@ -220,6 +222,25 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from memory.evaluation.sweep import sweep_locomo, sweep_table
+
+    text = args.variants if args.variants.lstrip().startswith("{") else Path(args.variants).read_text(encoding="utf-8")
+    try:
+        variants = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UsageError(f"--variants is not valid JSON: {error}") from error
+    if not isinstance(variants, dict):
+        raise UsageError("--variants must be a JSON object: variant name -> {config field: value}")
+    convs = _load_locomo(args.data, audit=args.audit, conversations=tuple(args.conversations) if args.conversations else None)
+    results = sweep_locomo(convs, variants, controller=args.controller, config=args.config, embedder=args.embedder,
+                           threads=args.threads, model_dir=args.model_dir, query_k=args.k)
+    print(f"{args.controller} controller, base config {args.config or 'default'}, conversations "
+          f"{', '.join(c.sample_id for c in convs)}")
+    print(sweep_table(results))
+    return 0
+
+
 def _eval_progress(label: str, total: int) -> Any:
     from tqdm import tqdm
 
@@ -313,6 +334,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-turns", type=int, default=None,
                    help="quick / timing runs: first N turns per conversation and the questions they answer")
     p.set_defaults(func=cmd_eval)
+
+    p = bench.add_parser("sweep", help="read-path variants on LoCoMo: each conversation written once, queried per variant")
+    p.add_argument("--data", required=True, help="LoCoMo JSON file")
+    p.add_argument("--audit", help="audit file with corrected evidence")
+    p.add_argument("--conversations", nargs="+", metavar="ID", help="sample ids (default: all in the file)")
+    p.add_argument("--controller", default="heuristic", help="controller backend: heuristic (default) or local")
+    p.add_argument("--config", default=None, help="base engine preset or JSON config file (the writes use it)")
+    p.add_argument("--variants", required=True,
+                   help='JSON object or file: variant name -> read-path overrides, e.g. {"as is": {}, "w2": {"relevance_weight": 2}}')
+    p.add_argument("--k", type=int, default=20, help="items per question (default 20)")
+    p.add_argument("--embedder", choices=("hashing", "minilm"), default="minilm", help="the engine's embedder (cached on disk)")
+    p.add_argument("--threads", type=int, default=1, help="torch / onnxruntime threads (default 1)")
+    p.add_argument("--model-dir", default=None, help="the local controller's model directory (default: the committed model)")
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("serve", help="the HTTP server (TypeSafe wire protocol + memory API)")
     p.add_argument("--host", default=None)

@@ -271,4 +271,20 @@ def test_traversal_finds_are_ranked_only_when_judged_relevant() -> None:
     assert target in [e.node_id for e in engine.query(query, k=10).evidence]
     engine.config = engine.config.with_(tau_admit=0.2)
     p_target["p"] = 0.3
-    assert target in [e.node_id for e in engine.query(query, k=10).evidence]
+    assert target in [e.node_id for e in engine.query(query, k=50).evidence]  # admitted (ranked low: 0.3 < the rest)
+
+
+def test_centred_relevance_keeps_uniformly_low_judged_seeds_above_the_unjudged_pool() -> None:
+    # A calibrated controller answers near its low base rate. Centred at 0.5, a heavy relevance term pushes the
+    # two judged seeds below the unjudged rest of the pool; centred at the query's mean judgment it does not.
+    rules = {("relevance", "relevant"): lambda s: 0.1, ("relevance", "bridge"): lambda s: 0.0}
+    engine = make_engine(RuleBackend(rules), consolidation_every=0, n_seeds=2, seed_pool=4, relevance_weight=2.0,
+                         center_relevance=False)
+    for i, text in enumerate(FILLER):
+        engine.write(obs(text, i))
+    query = "chat line about painting"
+    hybrid = [c.node.id for c in hybrid_seeds(engine.store, engine.embedder.embed([query])[0], query, engine.config)]
+    fixed = [e.node_id for e in engine.query(query, k=4).evidence]
+    assert fixed[:2] == hybrid[2:4] and set(fixed[2:]) == set(hybrid[:2])
+    engine.config = engine.config.with_(center_relevance=True)
+    assert [e.node_id for e in engine.query(query, k=4).evidence] == hybrid

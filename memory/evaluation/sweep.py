@@ -1,0 +1,161 @@
+"""Read-path sweeps: write each conversation once, then query it under several read-path configurations.
+
+    results = sweep_read_configs(convs, client, embedder, preset("default"),
+                                 {"as is": {}, "weight 2": {"relevance_weight": 2.0}})
+    print(sweep_table(results))
+
+The store is written under the base configuration, so a variant may change read-path fields only (others are
+refused). The controller's answers are memoised per request for the whole sweep: a variant pays only for the
+requests it adds, which makes a ten-variant sweep cost little more than one run, and makes its timings
+meaningless (none are reported). Scores use `memory.evaluation.metrics.score_items`, as the harness does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import fields
+from typing import Any
+
+import numpy as np
+
+from controller.client import SystemOneClient
+from controller.embedding import Embedder
+from data.locomo import Conversation
+from memory.config import EngineConfig
+from memory.control import Controller
+from memory.errors import ConfigError
+from memory.evaluation.harness import scored_questions
+from memory.evaluation.metrics import Item, QuestionScore, score_items
+
+log = logging.getLogger(__name__)
+
+# The fields a query reads; every other EngineConfig field shapes what a write stores.
+READ_PATH_FIELDS: frozenset[str] = frozenset({
+    "tau_route", "expansion_budget", "min_view_budget", "gamma", "max_depth", "n_seeds", "seed_pool", "seed_depth",
+    "seed_rrf_k", "dense_weight", "expand_per_node", "tau_frontier", "tau_stop", "tau_continue", "stop_evidence_k",
+    "ask_stop", "max_evidence_chars", "seed_weight", "relevance_weight", "center_relevance", "tau_admit",
+    "expand_decay", "recency_weight", "superseded_penalty", "answer_evidence_k",
+})
+
+
+class MemoController(Controller):
+    """A `Controller` that answers a request it has seen before from memory (same state, same questions)."""
+
+    def __init__(self, client: SystemOneClient) -> None:
+        super().__init__(client)
+        self._memo: dict[str, Any] = {}
+
+    @staticmethod
+    def _key(state: Mapping[str, Any], questions: Mapping[str, Any]) -> str:
+        return json.dumps([state, questions], sort_keys=True, default=str)
+
+    def ask(self, state: Mapping[str, Any], questions: Mapping[str, Any]) -> Any:
+        key = self._key(state, questions)
+        if key not in self._memo:
+            self._memo[key] = super().ask(state, questions)
+        return self._memo[key]
+
+    def ask_batch(self, requests: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> list[Any]:
+        keys = [self._key(s, q) for s, q in requests]
+        missing = [i for i, k in enumerate(keys) if k not in self._memo]
+        if missing:
+            for i, answers in zip(missing, super().ask_batch([requests[i] for i in missing])):
+                self._memo[keys[i]] = answers
+        return [self._memo[k] for k in keys]
+
+
+def variant_configs(base: EngineConfig, variants: Mapping[str, Mapping[str, Any]]) -> dict[str, EngineConfig]:
+    """Each variant as a validated config; a variant that changes a write-path field is refused."""
+    if not variants:
+        raise ConfigError("a sweep needs at least one variant", "variants", variants)
+    known = {f.name for f in fields(EngineConfig)}
+    out: dict[str, EngineConfig] = {}
+    for name, changes in variants.items():
+        if not isinstance(changes, Mapping):
+            raise ConfigError(f"variant {name!r} must map config fields to values", name, changes)
+        written = sorted(set(changes) & (known - READ_PATH_FIELDS))
+        if written:
+            raise ConfigError(f"variant {name!r} changes write-path fields ({', '.join(written)}); sweep them with "
+                              "separate runs of `jevmem eval locomo --config`", written[0], changes[written[0]])
+        out[name] = base.with_(**dict(changes))
+    return out
+
+
+def sweep_read_configs(
+    conversations: Sequence[Conversation],
+    client: SystemOneClient,
+    embedder: Embedder,
+    base: EngineConfig,
+    variants: Mapping[str, Mapping[str, Any]],
+    *,
+    query_k: int = 20,
+) -> dict[str, list[QuestionScore]]:
+    """Every scored question of every conversation under every variant (in the order given)."""
+    from memory.engine import Engine
+    from memory.ingest import turn_observation
+    from memory.store import open_store
+
+    configs = variant_configs(base, variants)
+    results: dict[str, list[QuestionScore]] = {name: [] for name in configs}
+    for conv in conversations:
+        engine = Engine(open_store(None, dim=embedder.dim, embedder=embedder.name), client, embedder, base)
+        engine.controller = MemoController(client)
+        try:
+            for turn in conv.turns:
+                engine.write(turn_observation(turn))
+            questions = scored_questions(conv)
+            for name, config in configs.items():
+                engine.config = config
+                for q in questions:
+                    evidence = engine.query(q.question, k=query_k).evidence
+                    values = score_items([Item(tuple(e.source_ids), e.content) for e in evidence], q.evidence)
+                    results[name].append(QuestionScore(conv.sample_id, q.qid, q.category, len(q.evidence), values))
+                log.info("%s %s: %d questions", conv.sample_id, name, len(questions))
+        finally:
+            engine.store.close()
+    return results
+
+
+def sweep_table(results: Mapping[str, Sequence[QuestionScore]]) -> str:
+    """Markdown: R_frac@10 (and its difference from the first variant), R_all@10, nDCG@10, multi-hop figures."""
+    lines = ["| variant | R_frac@10 | vs first | R_all@10 | nDCG@10 | multi-hop R_frac@10 | multi-hop R_all@10 | questions |",
+             "|---|---|---|---|---|---|---|---|"]
+    first: float | None = None
+    for name, scores in results.items():
+        frac = _mean(scores, "R_frac@10")
+        first = frac if first is None else first
+        lines.append(f"| {name} | {frac:.3f} | {frac - first:+.3f} | {_mean(scores, 'R_all@10'):.3f} | "
+                     f"{_mean(scores, 'nDCG@10'):.3f} | {_mean(scores, 'R_frac@10', True):.3f} | "
+                     f"{_mean(scores, 'R_all@10', True):.3f} | {len(scores)} |")
+    return "\n".join(lines)
+
+
+def _mean(scores: Sequence[QuestionScore], metric: str, multi_hop: bool = False) -> float:
+    values = [s.values[metric] for s in scores if not multi_hop or s.category == 1]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def sweep_locomo(
+    conversations: Sequence[Conversation],
+    variants: Mapping[str, Mapping[str, Any]],
+    *,
+    controller: str = "heuristic",
+    config: str | None = None,
+    embedder: str = "minilm",
+    threads: int = 1,
+    model_dir: str | None = None,
+    query_k: int = 20,
+) -> dict[str, list[QuestionScore]]:
+    """`sweep_read_configs` with the harness's controller client, engine config (preset or JSON file) and
+    process-wide embedder (MiniLM embeddings cached on disk)."""
+    from memory.evaluation.harness import _embedder, _engine_config
+
+    options = {"threads": threads, "model_dir": model_dir} if controller == "local" else {}
+    client = SystemOneClient(controller, **options)
+    try:
+        return sweep_read_configs(conversations, client, _embedder(embedder, True, threads), _engine_config(config),
+                                  variants, query_k=query_k)
+    finally:
+        client.close()

@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from controller.client import SystemOneClient
+from controller.embedding import HashingEmbedder
+from data.locomo import Conversation, load_locomo
+from memory.config import EngineConfig
+from memory.errors import ConfigError
+from memory.evaluation import EvalConfig, run_locomo
+from memory.evaluation.sweep import READ_PATH_FIELDS, MemoController, sweep_read_configs, sweep_table, variant_configs
+from serving.cli import main
+from tests.memory.eval_fixtures import write_locomo
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return write_locomo(tmp_path_factory.mktemp("locomo"))
+
+
+@pytest.fixture(scope="module")
+def convs(files: tuple[Path, Path]) -> list[Conversation]:
+    return load_locomo(files[0])
+
+
+def test_read_path_fields_are_config_fields() -> None:
+    assert READ_PATH_FIELDS <= {f.name for f in fields(EngineConfig)}
+    assert "relevance_weight" in READ_PATH_FIELDS and "candidates_k" not in READ_PATH_FIELDS
+
+
+def test_variants_may_change_only_the_read_path() -> None:
+    configs = variant_configs(EngineConfig(), {"as is": {}, "w1": {"relevance_weight": 1.0, "center_relevance": False}})
+    assert configs["as is"] == EngineConfig() and configs["w1"].relevance_weight == 1.0
+    with pytest.raises(ConfigError, match="write-path fields \\(candidates_k\\)"):
+        variant_configs(EngineConfig(), {"k2": {"candidates_k": 2}})
+    with pytest.raises(ConfigError, match="unknown config fields"):
+        variant_configs(EngineConfig(), {"typo": {"relevance_wieght": 1.0}})
+    with pytest.raises(ConfigError):
+        variant_configs(EngineConfig(), {})
+
+
+def test_memo_controller_sends_a_repeated_request_once() -> None:
+    memo = MemoController(SystemOneClient("heuristic"))
+    state = {"query": "where is the studio", "memory": "Jon: the dance studio opened downtown"}
+    questions = {"r": {"type": "noul", "instructions": "Does state.memory help answer state.query?"}}
+    first = memo.ask(state, questions)
+    assert memo.ask(state, questions) is first and memo.usage().requests == 1
+    batch = memo.ask_batch([(state, questions), ({**state, "query": "who came"}, questions)])
+    assert batch[0] is first and memo.usage().requests == 2
+
+
+def test_the_unchanged_variant_reproduces_the_harness(convs: list[Conversation]) -> None:
+    embedder = HashingEmbedder()
+    report = run_locomo(convs, EvalConfig(systems=("jevmem-heuristic",), bootstrap_draws=10, write_quality=False),
+                        embedder=embedder)
+    expected = {(s.conversation, s.qid): s.values["R_frac@10"] for s in report.systems["jevmem-heuristic"].scores}
+    results = sweep_read_configs(convs, SystemOneClient("heuristic"), embedder, EngineConfig(),
+                                 {"as is": {}, "no relevance": {"relevance_weight": 0.0}})
+    assert list(results) == ["as is", "no relevance"]
+    got = {(s.conversation, s.qid): s.values["R_frac@10"] for s in results["as is"]}
+    assert got == expected and len(results["no relevance"]) == len(expected)
+    table = sweep_table(results)
+    assert table.splitlines()[2].startswith("| as is |") and "| +0.000 |" in table
+
+
+def test_cli_sweep_prints_the_table_and_refuses_write_path_variants(files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    data = str(files[0])
+    assert main(["eval", "sweep", "--data", data, "--embedder", "hashing", "--variants", '{"a": {}, "b": {"n_seeds": 2}}']) == 0
+    out = capsys.readouterr().out
+    assert "| a |" in out and "| b |" in out
+    assert main(["eval", "sweep", "--data", data, "--embedder", "hashing", "--variants", '{"a": {"candidates_k": 2}}']) == 2
+    assert "write-path fields" in capsys.readouterr().err
+    assert main(["eval", "sweep", "--data", data, "--embedder", "hashing", "--variants", "[1]"]) == 2
