@@ -112,6 +112,7 @@ def save_artifact(
     if has_adapter:
         with _quiet_peft():
             model.bert.save_pretrained(str(out / "adapter"))
+        canonical_adapter_config(out / "adapter" / "adapter_config.json")
         config["encoder"] = {"kind": "lora", "path": "adapter"}
         config["base_model"] = {"id": BASE_MODEL_ID, "file": BASE_WEIGHTS, "sha256": file_sha256(base / BASE_WEIGHTS)}
     else:
@@ -127,6 +128,16 @@ def save_artifact(
     (out / "metrics.json").write_text(json.dumps(metrics or {}, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     (out / "MODEL_CARD.md").write_text(model_card or _default_card(config, digest), encoding="utf-8")
     return digest
+
+
+def canonical_adapter_config(path: str | Path) -> None:
+    """Rewrite peft's adapter_config.json with sorted keys and a sorted `target_modules`: peft writes that set
+    in the process's hash-seed order, so two runs with bit-identical weights would otherwise differ in hash."""
+    p = Path(path)
+    data = json.loads(p.read_text(encoding="utf-8"))
+    if isinstance(data.get("target_modules"), list):
+        data["target_modules"] = sorted(data["target_modules"])
+    p.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def artifact_hash(model_dir: str | Path) -> str:

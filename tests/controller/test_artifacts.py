@@ -85,6 +85,8 @@ def test_lora_adapter_is_saved_small_and_merged_on_load(tiny_base_dir, tokenizer
     out = tmp_path / "lora"
     save_artifact(model, out, ArtifactMeta(name="tiny-lora"), base_path=tiny_base_dir)
     assert (out / "adapter" / "adapter_config.json").exists() and not (out / "encoder.safetensors").exists()
+    modules = json.loads((out / "adapter" / "adapter_config.json").read_text())["target_modules"]
+    assert modules == sorted(modules) and len(modules) > 1  # peft writes this set in hash-seed order
     config = json.loads((out / "config.json").read_text())
     assert config["encoder"]["kind"] == "lora" and len(config["base_model"]["sha256"]) == 64
     loaded = load_artifact(out, base_path=tiny_base_dir)
@@ -111,3 +113,16 @@ def test_untrained_model_is_named_as_such(tiny_base_dir) -> None:  # type: ignor
     assert not a.trained and "untrained" in a.info.name and "UNTRAINED" in a.info.description
     assert a.model_hash == b.model_hash
     assert torch.equal(a.model.heads.weight, b.model.heads.weight)  # fixed seed
+
+
+def test_adapter_config_is_canonical_so_equal_weights_hash_equal(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from controller.artifacts import canonical_adapter_config
+
+    texts = []
+    for i, order in enumerate((["value", "query", "key"], ["key", "value", "query"])):
+        path = tmp_path / f"c{i}.json"
+        path.write_text(json.dumps({"target_modules": order, "r": 8, "lora_alpha": 16}))
+        canonical_adapter_config(path)
+        texts.append(path.read_text())
+    assert texts[0] == texts[1] and json.loads(texts[0])["target_modules"] == ["key", "query", "value"]
+
