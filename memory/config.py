@@ -74,12 +74,14 @@ class EngineConfig:
     seed_weight: float = 1.0
     # centre = the mean p_relevant of the query's judged candidates (center_relevance), else 0.5. A calibrated
     # controller answers near its low base rate, so a 0.5 centre pushes judged seeds below the unjudged pool.
-    # Shipped controller on conv-44 (calibration only, never fitted on), R_frac@10 (runs as README "Read-path
-    # weights"): 0.5-centred 0.35 0.647, 1.0 0.486; centred 0.35 0.657, 1.0 0.682, 1.5 0.690, 2.0 0.692,
-    # 3.0 0.687, 5.0 0.666. Heuristic controller, same conversation: 0.641 (0.5-centred 0.35) vs 0.642
-    # (centred 2.0). Earlier, 0.5-centred, heuristic, 6 dev conversations (R_frac@10 / multi-hop R_all@10):
-    # 0.1 0.668 / 0.128, 0.35 0.664 / 0.134, 0.5 0.658 / 0.140.
-    relevance_weight: float = 2.0
+    # R_frac@10, `jevmem eval sweep` with the variants of README "Where it stands" (weight 0.35 / 1.0 / 2.0 / 3.0):
+    #   shipped controller, conv-44 (calibration only):  0.5-centred 0.647 / 0.486;  centred 0.657 / 0.682 / 0.692 / 0.687
+    #   shipped controller, dev pair conv-26 + conv-30:  0.5-centred 0.679 / 0.575;  centred 0.685 / 0.683 / 0.656 / 0.644
+    #   heuristic controller, dev pair:                  0.5-centred 0.645 / 0.627;  centred 0.645 / 0.638 / 0.629 / 0.629
+    # Centring helps the trained controller on both and leaves the heuristic alone; the larger weight picked on
+    # conv-44 did not carry over to the dev pair, so the weight stays where the heuristic put it (6 dev
+    # conversations, 0.5-centred, R_frac@10 / multi-hop R_all@10: 0.1 0.668 / 0.128, 0.35 0.664 / 0.134, 0.5 0.658 / 0.140).
+    relevance_weight: float = 0.35
     center_relevance: bool = True
     tau_admit: float = 0.5  # a node found by traversal (not a seed) is ranked only when p_relevant exceeds this
     expand_decay: float = 0.8  # structure of an expanded node = decay * parent's structure * edge weight
@@ -173,8 +175,8 @@ PRESETS: dict[str, EngineConfig] = {
     "default": EngineConfig(),
     # The cheapest useful engine for a local controller on a small CPU: two judged candidates per write, no
     # consolidation, four judged seeds, at most two expansions in one round and no stopping request. With the
-    # shipped controller on the LoCoMo dev pair (2 threads): 104 vs 305 ms/write and 117 vs 816 ms/query p50,
-    # R_frac@10 0.662 vs 0.679 (README, "Where it stands").
+    # shipped controller on the LoCoMo dev pair (2 threads; fast with --no-spin): 78 vs 282 ms/write, 97 vs 708 ms/query
+    # p50, R_frac@10 0.657 vs 0.685 (README, "Where it stands").
     "fast": EngineConfig(candidates_k=2, consolidation_every=0, n_seeds=4, expansion_budget=2, max_depth=1,
                          expand_per_node=2, ask_stop=False),
     # Wider candidate pools and deeper, larger traversals.
