@@ -19,17 +19,6 @@ from memory.evaluation.cache import CachedEmbedder
 from memory.evaluation.harness import scored_questions, truncate
 from memory.evaluation.jevmem import evidence_pairs
 from memory.types import Evidence, LinkStatus, Observation, QueryResult, WriteResult
-from tests.memory.eval_fixtures import write_locomo
-
-
-@pytest.fixture(scope="module")
-def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return write_locomo(tmp_path_factory.mktemp("locomo"))
-
-
-@pytest.fixture(scope="module")
-def convs(files: tuple[Path, Path]) -> list[Conversation]:
-    return load_locomo(files[0])
 
 
 def test_loader_cleans_evidence_and_applies_the_audit(files: tuple[Path, Path], convs: list[Conversation]) -> None:

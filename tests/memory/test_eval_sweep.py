@@ -7,23 +7,12 @@ import pytest
 
 from controller.client import SystemOneClient
 from controller.embedding import HashingEmbedder
-from data.locomo import Conversation, load_locomo
+from data.locomo import Conversation
 from memory.config import EngineConfig
 from memory.errors import ConfigError
 from memory.evaluation import EvalConfig, run_locomo
 from memory.evaluation.sweep import READ_PATH_FIELDS, MemoController, sweep_read_configs, sweep_table, variant_configs
 from serving.cli import main
-from tests.memory.eval_fixtures import write_locomo
-
-
-@pytest.fixture(scope="module")
-def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return write_locomo(tmp_path_factory.mktemp("locomo"))
-
-
-@pytest.fixture(scope="module")
-def convs(files: tuple[Path, Path]) -> list[Conversation]:
-    return load_locomo(files[0])
 
 
 def test_read_path_fields_are_config_fields() -> None:
