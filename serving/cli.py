@@ -95,6 +95,15 @@ def _load_locomo(path: str, **options: Any) -> list[Any]:
         raise UsageError(f"{path} (or its audit file) does not look like LoCoMo data: {type(error).__name__} {error}") from error
 
 
+def _eval_conversations(args: argparse.Namespace) -> list[Any]:
+    """The `--data` / `--audit` / `--conversations` of an eval command; an id not in the file is a usage error."""
+    convs = _load_locomo(args.data, audit=args.audit, conversations=tuple(args.conversations) if args.conversations else None)
+    missing = sorted(set(args.conversations or ()) - {c.sample_id for c in convs})
+    if missing:
+        raise UsageError(f"conversation(s) not in {args.data}: {', '.join(missing)}")
+    return convs
+
+
 # ---------------------------------------------------------------------------------------------- commands
 def cmd_ingest(args: argparse.Namespace) -> int:
     if args.jsonl:
@@ -201,11 +210,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     controllers = args.controller or ["heuristic"]
     systems = [s.strip() for s in args.systems.split(",") if s.strip()] if args.systems else \
         ["bm25", "dense", "rrf", *(f"jevmem-{c}" for c in controllers)]
-    convs = _load_locomo(args.data, audit=args.audit, conversations=tuple(args.conversations) if args.conversations else None)
-    if args.conversations:
-        missing = sorted(set(args.conversations) - {c.sample_id for c in convs})
-        if missing:
-            raise UsageError(f"conversation(s) not in {args.data}: {', '.join(missing)}")
+    convs = _eval_conversations(args)
     config = EvalConfig(
         systems=tuple(systems), date_style=args.date_style, baseline_embedder=args.baseline_embedder,
         engine_embedder=args.embedder, engine_config=args.config, store=args.store, query_k=args.k,
@@ -232,7 +237,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UsageError(f"--variants is not valid JSON: {error}") from error
     if not isinstance(variants, dict):
         raise UsageError("--variants must be a JSON object: variant name -> {config field: value}")
-    convs = _load_locomo(args.data, audit=args.audit, conversations=tuple(args.conversations) if args.conversations else None)
+    convs = _eval_conversations(args)
     results = sweep_locomo(convs, variants, controller=args.controller, config=args.config, embedder=args.embedder,
                            threads=args.threads, model_dir=args.model_dir, query_k=args.k)
     print(f"{args.controller} controller, base config {args.config or 'default'}, conversations "
@@ -308,10 +313,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="benchmarks")
     bench = p.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
+    def locomo_source(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--data", required=True, help="LoCoMo JSON file")
+        p.add_argument("--audit", help="audit file with corrected evidence")
+        p.add_argument("--conversations", nargs="+", metavar="ID", help="sample ids (default: all in the file)")
+
     p = bench.add_parser("locomo", help="retrieval on LoCoMo: flat baselines and Jev-Mem in one run")
-    p.add_argument("--data", required=True, help="LoCoMo JSON file")
-    p.add_argument("--audit", help="audit file with corrected evidence")
-    p.add_argument("--conversations", nargs="+", metavar="ID", help="sample ids (default: all in the file)")
+    locomo_source(p)
     p.add_argument("--controller", nargs="+", help="Jev-Mem controllers to run beside the baselines (default: heuristic)")
     p.add_argument("--systems", help="comma list of bm25, dense, rrf, jevmem-<controller>")
     p.add_argument("--out", help="directory for report.json, questions.jsonl and report.md")
@@ -336,9 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_eval)
 
     p = bench.add_parser("sweep", help="read-path variants on LoCoMo: each conversation written once, queried per variant")
-    p.add_argument("--data", required=True, help="LoCoMo JSON file")
-    p.add_argument("--audit", help="audit file with corrected evidence")
-    p.add_argument("--conversations", nargs="+", metavar="ID", help="sample ids (default: all in the file)")
+    locomo_source(p)
     p.add_argument("--controller", default="heuristic", help="controller backend: heuristic (default) or local")
     p.add_argument("--config", default=None, help="base engine preset or JSON config file (the writes use it)")
     p.add_argument("--variants", required=True,

@@ -138,7 +138,7 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         "- **Synthetic generators** (`data/synthetic/`): template states over word banks with exact labels, 10 shards per "
         "generator; shard 8 is calibration, shard 9 held-out test. Source text never appears in two splits (checked).",
         "- No outputs of Jev (or any other hosted model) were used as labels or inputs.",
-        f"- Examples per split: {data.get('counts')}.",
+        f"- Examples per split: {_split_counts(data)}.",
         "",
         "## Training",
         "",
@@ -194,3 +194,13 @@ def write_report(run_dir: str | Path, model_dir: str | Path, command: str) -> di
     write_json(Path(model_dir) / "metrics.json", metrics)
     (Path(model_dir) / "MODEL_CARD.md").write_text(model_card(metrics, command), encoding="utf-8")
     return metrics
+
+
+def _split_counts(data: dict[str, Any]) -> str:
+    """`train 56144, calibration 10292, ... (after dropping N for leakage)` from the build-data record."""
+    counts = data.get("counts") or {}
+    order = [k for k in ("train", "calibration", "dev", "test") if k in counts] + sorted(set(counts) - {"train", "calibration", "dev", "test"})
+    text = ", ".join(f"{k} {counts[k]}" for k in order) or "not recorded"
+    dropped = sum((data.get("dropped_for_leakage") or {}).values())
+    return f"{text} (after dropping {dropped} for leakage)" if dropped else text
+

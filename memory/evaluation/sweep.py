@@ -26,7 +26,7 @@ from data.locomo import Conversation
 from memory.config import EngineConfig
 from memory.control import Controller
 from memory.errors import ConfigError
-from memory.evaluation.harness import scored_questions
+from memory.evaluation.harness import _embedder, _engine_config, scored_questions
 from memory.evaluation.metrics import Item, QuestionScore, score_items
 
 log = logging.getLogger(__name__)
@@ -150,8 +150,6 @@ def sweep_locomo(
 ) -> dict[str, list[QuestionScore]]:
     """`sweep_read_configs` with the harness's controller client, engine config (preset or JSON file) and
     process-wide embedder (MiniLM embeddings cached on disk)."""
-    from memory.evaluation.harness import _embedder, _engine_config
-
     options = {"threads": threads, "model_dir": model_dir} if controller == "local" else {}
     client = SystemOneClient(controller, **options)
     try:

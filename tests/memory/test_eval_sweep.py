@@ -63,3 +63,5 @@ def test_cli_sweep_prints_the_table_and_refuses_write_path_variants(files: tuple
     assert main(["eval", "sweep", "--data", data, "--embedder", "hashing", "--variants", '{"a": {"candidates_k": 2}}']) == 2
     assert "write-path fields" in capsys.readouterr().err
     assert main(["eval", "sweep", "--data", data, "--embedder", "hashing", "--variants", "[1]"]) == 2
+    assert main(["eval", "sweep", "--data", data, "--conversations", "conv-99", "--variants", '{"a": {}}']) == 2
+    assert "conv-99" in capsys.readouterr().err

@@ -271,7 +271,7 @@ def test_traversal_finds_are_ranked_only_when_judged_relevant() -> None:
     assert target in [e.node_id for e in engine.query(query, k=10).evidence]
     engine.config = engine.config.with_(tau_admit=0.2)
     p_target["p"] = 0.3
-    assert target in [e.node_id for e in engine.query(query, k=50).evidence]  # admitted (ranked low: 0.3 < the rest)
+    assert target in [e.node_id for e in engine.query(query, k=10).evidence]
 
 
 def test_centred_relevance_keeps_uniformly_low_judged_seeds_above_the_unjudged_pool() -> None:
