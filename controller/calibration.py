@@ -5,15 +5,19 @@ A Noul's probability is sigmoid(z / T); a Choice's / Score's is softmax(z / T) o
 fitted by minimising the NLL on a held-out split; NLL is convex in 1/T, so a bracketed golden-section search
 finds the optimum. A group without data keeps T = 1.
 
-Questions of the built-in Jev-Mem catalogue (recognised by their instructions, `controller.families.lookup`,
-the same rule at inference and in evaluation) get a temperature of their own per family and group,
-`"pair:noul"`, when the calibration split holds at least `min_family_examples` of them: the families are
-miscalibrated in different directions, so one shared T leaves each a little off. Everything else uses the
-group temperature. On request (`bias=True`) a family's Nouls also get a bias (Platt scaling,
-sigmoid(z / T + b), fitted jointly by NLL), kept only where it survives cross-validation across folds: a
-temperature can only sharpen or soften, a bias can also shift. It is off by default because on the shipped
-model it lowered the calibration-split NLL but not the held-out NLL (the shift did not carry over to new
-conversations). Choices keep a temperature alone (a shared shift cancels in the softmax).
+Questions of the built-in Jev-Mem catalogue are recognised by their instructions (`controller.families.lookup`,
+the same rule at inference and in evaluation) and carry a key `family.question` (`pair.semantic`). They are
+calibrated on a hierarchy: a family gets a temperature of its own per group (`"pair:noul"`) when the
+calibration split holds at least `min_family_examples` of it, and a question gets its own
+(`"pair.semantic:noul"`) when it holds `min_question_examples` and, given cross-validation folds (the data
+sources), the finer fit beats its parent's out of fold: the families, and the questions within a family,
+are miscalibrated in different directions, so one shared T leaves each a little off, but a fit on too few
+examples or on one source only would not carry over. A lookup takes the most specific level fitted
+(question, then family, then group) and uses that level's temperature and bias together.
+
+With `bias=True` a level's Nouls also get a bias (Platt scaling, sigmoid(z / T + b), fitted jointly by NLL),
+kept only where it survives cross-validation across folds: a temperature can only sharpen or soften, a bias
+can also shift. Choices keep a temperature alone (a shared shift cancels in the softmax).
 """
 
 from __future__ import annotations
@@ -71,17 +75,27 @@ class Calibration:
             if not math.isfinite(b):
                 raise ArtifactError(f"bias of {name!r} must be a finite number, not {b!r}")
 
-    def temperature(self, kind: str, n_options: int, family: str | None = None) -> float:
+    def level(self, kind: str, n_options: int, family: str | None = None) -> str:
+        """The calibration entry a question uses: `family.question:group`, `family:group` or `group`
+        (the most specific one fitted). `family` is a catalogue key, `family` or `family.question`."""
         group = group_of(kind, n_options)
-        if family is not None and f"{family}:{group}" in self.family_temperatures:
-            return float(self.family_temperatures[f"{family}:{group}"])
-        return float(self.temperatures.get(group, 1.0))
+        if family is not None:
+            for name in dict.fromkeys((family, family.partition(".")[0])):
+                if f"{name}:{group}" in self.family_temperatures:
+                    return f"{name}:{group}"
+        return group
+
+    def temperature(self, kind: str, n_options: int, family: str | None = None) -> float:
+        level = self.level(kind, n_options, family)
+        if level in self.family_temperatures:
+            return float(self.family_temperatures[level])
+        return float(self.temperatures.get(level, 1.0))
 
     def bias(self, kind: str, family: str | None = None) -> float:
-        """The Platt bias of a catalogue family's Nouls (0 for everything else)."""
+        """The Platt bias of a catalogue question's Noul at the level it is calibrated on (0 elsewhere)."""
         if kind != "noul" or family is None:
             return 0.0
-        return float(self.family_biases.get(f"{family}:noul", 0.0))
+        return float(self.family_biases.get(self.level(kind, 1, family), 0.0))
 
     def probabilities(self, kind: str, logits: np.ndarray, family: str | None = None) -> tuple[float, ...]:
         """Calibrated probabilities: (p_true,) for a Noul, a distribution otherwise."""
@@ -134,45 +148,100 @@ def fit_temperatures(
     model_hash: str | None = None,
     families: Sequence[str | None] | None = None,
     min_family_examples: int = 200,
+    min_question_examples: int = 150,
     bias: bool = False,
     folds: Sequence[str] | None = None,
 ) -> Calibration:
-    """Fit one temperature per group by NLL, and one per (catalogue family, group) with enough examples (for
-    a family's Nouls, a temperature and a bias, fitted jointly).
+    """Fit one temperature per group by NLL, one per (catalogue family, group) with enough examples, and one
+    per (catalogue question, group) with enough examples that beats its parent out of fold (for Nouls with
+    `bias`, a temperature and a bias, fitted jointly).
 
     `logits[i]` is one question's raw logits (1 for a Noul); `targets[i]` the Noul label in [0, 1] or the
-    index of the correct option; `groups[i]` its `group_of(...)`; `families[i]` its catalogue family or None.
-    With `bias`, a family's Nouls get a bias too (Platt scaling); with `folds` as well (for example each
-    example's data source), that bias is kept only when it lowers
-    the out-of-fold NLL (fit on the other folds, scored on each); a bias that does not carry over from one
-    source to another would make the calibration worse on new data than a temperature alone.
+    index of the correct option; `groups[i]` its `group_of(...)`; `families[i]` its catalogue key
+    (`family` or `family.question`) or None. With `bias`, Nouls get a bias too (Platt scaling); with
+    `folds` as well (for example each example's data source), a bias is kept only when it lowers the
+    out-of-fold NLL (fit on the other folds, scored on each), and so is a question's own calibration
+    against its family's: a fit that does not carry over from one source to another would make the
+    calibration worse on new data than the coarser one.
     """
     if not len(logits) == len(targets) == len(groups) or (families is not None and len(families) != len(groups)):
         raise ValueError("logits, targets, groups (and families) must have the same length")
     by_group: dict[str, list[int]] = {}
     by_family: dict[str, list[int]] = {}
+    by_question: dict[str, list[int]] = {}
     for i, g in enumerate(groups):
         if g not in GROUPS:
             raise ValueError(f"unknown calibration group {g!r}")
         by_group.setdefault(g, []).append(i)
-        if families is not None and families[i] is not None:
-            by_family.setdefault(f"{families[i]}:{g}", []).append(i)
-    def fit(idx: list[int]) -> float:
-        rows = [np.asarray(logits[i], dtype=np.float64) for i in idx]
-        return _fit_group(rows, [float(targets[i]) for i in idx], noul=groups[idx[0]] == "noul")
+        key = families[i] if families is not None else None
+        if key is not None:
+            by_family.setdefault(f"{key.partition('.')[0]}:{g}", []).append(i)
+            if "." in key:
+                by_question.setdefault(f"{key}:{g}", []).append(i)
+    fitter = _Fitter(logits, targets, groups)
+    group_t = {g: fitter.temperature(idx) for g, idx in sorted(by_group.items())}
+    levels: dict[str, tuple[float, float]] = {}
+    platt: dict[str, bool] = {}  # level -> fitted with a bias
+    for name, idx in sorted(by_family.items()):
+        if len(idx) < min_family_examples:
+            continue
+        platt[name] = bias and name.endswith(":noul") and (
+            folds is None or fitter.beats(idx, idx, True, False, folds))
+        levels[name] = fitter.params(idx, platt[name])
+    for name, idx in sorted(by_question.items()):
+        if len(idx) < min_question_examples:
+            continue
+        key, _, group = name.partition(":")
+        parent = f"{key.partition('.')[0]}:{group}"
+        parent_idx, parent_platt = (by_family[parent], platt[parent]) if parent in levels else (by_group[group], False)
+        own = bias and group == "noul" and (folds is None or fitter.beats(idx, idx, True, False, folds))
+        if folds is None or fitter.beats(idx, parent_idx, own, parent_platt, folds):
+            platt[name] = own
+            levels[name] = fitter.params(idx, own)
+    counts = {name: len(idx) for name, idx in sorted({**by_group, **by_family, **by_question}.items()) if name in group_t or name in levels}
+    return Calibration(group_t, model_hash, counts, {k: t for k, (t, _) in sorted(levels.items())},
+                       {k: levels[k][1] for k in sorted(levels) if platt[k]})
 
-    kept = {name: idx for name, idx in by_family.items() if len(idx) >= min_family_examples}
-    counts = {name: len(idx) for name, idx in sorted({**by_group, **kept}.items())}
-    family_t: dict[str, float] = {}
-    family_b: dict[str, float] = {}
-    for name, idx in sorted(kept.items()):
-        if bias and name.endswith(":noul"):
-            z, y = [float(logits[i][0]) for i in idx], [float(targets[i]) for i in idx]
-            if folds is None or bias_carries_over(z, y, [folds[i] for i in idx]):
-                family_t[name], family_b[name] = fit_platt(z, y)
+
+class _Fitter:
+    """Fits and scores (temperature, bias) on subsets of one calibration set."""
+
+    def __init__(self, logits: Sequence[Sequence[float]], targets: Sequence[float], groups: Sequence[str]) -> None:
+        self.rows = [np.asarray(z, dtype=np.float64) for z in logits]
+        self.y = [float(t) for t in targets]
+        self.groups = groups
+
+    def _noul(self, idx: Sequence[int]) -> bool:
+        return self.groups[idx[0]] == "noul"  # every subset lies within one group
+
+    def temperature(self, idx: Sequence[int]) -> float:
+        return _fit_group([self.rows[i] for i in idx], [self.y[i] for i in idx], noul=self._noul(idx))
+
+    def params(self, idx: Sequence[int], with_bias: bool) -> tuple[float, float]:
+        if with_bias:
+            return fit_platt([float(self.rows[i][0]) for i in idx], [self.y[i] for i in idx])
+        return self.temperature(idx), 0.0
+
+    def score(self, idx: Sequence[int], params: tuple[float, float]) -> float:
+        return len(idx) * nll([self.rows[i] for i in idx], [self.y[i] for i in idx], params[0], noul=self._noul(idx), bias=params[1])
+
+    def beats(self, child: Sequence[int], parent: Sequence[int], child_bias: bool, parent_bias: bool,
+              folds: Sequence[str], *, min_fold: int = 30) -> bool:
+        """Does the fit on `child` (with a bias or not) score better on each held-out fold of `child` than the
+        fit on `parent`, both fitted on the other folds? Folds with fewer than `min_fold` examples on either
+        side are skipped; with no usable fold the finer fit is kept (nothing to check it against)."""
+        mine = theirs = 0.0
+        checked = 0
+        for key in sorted({folds[i] for i in child}):
+            test = [i for i in child if folds[i] == key]
+            train = [i for i in child if folds[i] != key]
+            parent_train = [i for i in parent if folds[i] != key]
+            if len(test) < min_fold or len(train) < min_fold or len(parent_train) < min_fold:
                 continue
-        family_t[name] = fit(idx)
-    return Calibration({g: fit(idx) for g, idx in sorted(by_group.items())}, model_hash, counts, family_t, family_b)
+            mine += self.score(test, self.params(train, child_bias))
+            theirs += self.score(test, self.params(parent_train, parent_bias))
+            checked += 1
+        return checked == 0 or mine < theirs
 
 
 def fit_platt(z: Sequence[float], y: Sequence[float], *, iterations: int = 50) -> tuple[float, float]:
@@ -182,7 +251,7 @@ def fit_platt(z: Sequence[float], y: Sequence[float], *, iterations: int = 50) -
     t = np.asarray(y, dtype=np.float64)
     a, b = 1.0, 0.0
     for _ in range(iterations):
-        p = 1.0 / (1.0 + np.exp(-(a * x + b)))
+        p = 0.5 * (1.0 + np.tanh(0.5 * (a * x + b)))  # sigmoid without overflow
         g = np.array([np.mean((p - t) * x), np.mean(p - t)])
         w = p * (1.0 - p)
         h = np.array([[np.mean(w * x * x), np.mean(w * x)], [np.mean(w * x), np.mean(w)]]) + 1e-9 * np.eye(2)
@@ -197,20 +266,8 @@ def fit_platt(z: Sequence[float], y: Sequence[float], *, iterations: int = 50) -
 def bias_carries_over(z: Sequence[float], y: Sequence[float], folds: Sequence[str], *, min_fold: int = 30) -> bool:
     """Does a bias beside the temperature lower the out-of-fold NLL? Folds with fewer than `min_fold`
     examples on either side are skipped; with no usable fold the bias is kept (nothing to check it against)."""
-    x, t, f = np.asarray(z, dtype=np.float64), np.asarray(y, dtype=np.float64), np.asarray(folds, dtype=object)
-    with_bias = without = 0.0
-    checked = 0
-    for key in sorted(set(folds)):
-        test = f == key
-        train = ~test
-        if test.sum() < min_fold or train.sum() < min_fold:
-            continue
-        temperature = _fit_group([np.array([v]) for v in x[train]], list(t[train]), noul=True)
-        pt, pb = fit_platt(x[train], t[train])
-        without += float(test.sum()) * noul_nll(x[test], t[test], temperature)
-        with_bias += float(test.sum()) * noul_nll(x[test], t[test], pt, pb)
-        checked += 1
-    return checked == 0 or with_bias < without
+    idx = list(range(len(z)))
+    return _Fitter([[v] for v in z], y, ["noul"] * len(idx)).beats(idx, idx, True, False, folds, min_fold=min_fold)
 
 
 def noul_nll(z: Sequence[float], y: Sequence[float], temperature: float, bias: float = 0.0) -> float:

@@ -192,10 +192,11 @@ def lookup(instructions: object) -> tuple[str, str] | None:
     return _INDEX.get(instructions)
 
 
-def catalogue_family(question: object) -> str | None:
-    """The catalogue family of a question object (its `instructions` looked up), or None."""
+def catalogue_key(question: object) -> str | None:
+    """`family.question` of a catalogue question object (its `instructions` looked up), or None: the key
+    its calibration is looked up by (`controller.calibration`)."""
     found = lookup(getattr(question, "instructions", None))
-    return found[0] if found is not None else None
+    return f"{found[0]}.{found[1]}" if found is not None else None
 
 
 _INDEX: dict[str, tuple[str, str]] = {

@@ -21,7 +21,7 @@ import numpy as np
 from controller.artifacts import DEFAULT_MODEL_DIR, LoadedModel, load_artifact, load_untrained
 from controller.backend import BackendRequest, BackendResult, ModelInfo
 from controller.errors import BackendUnavailableError
-from controller.families import catalogue_family
+from controller.families import catalogue_key
 from controller.packing import Encoding, PackedBatch, make_batches, rows_tokens
 from controller.template import (
     DEFAULT_MAX_REQUEST_TOKENS,
@@ -124,7 +124,7 @@ class LocalBackend:
         calibration = self._loaded.calibration
         results = []
         for request, tok, values in zip(requests, tokenized, per_request):
-            probs = tuple(calibration.probabilities(q.kind, z, catalogue_family(q)) for q, z in zip(request.questions, values))
+            probs = tuple(calibration.probabilities(q.kind, z, catalogue_key(q)) for q, z in zip(request.questions, values))
             tokens = rows_tokens(tok, self.encoding, self._batching["max_sequence_tokens"])
             results.append(BackendResult(probs, tokens))
         return results

@@ -1,10 +1,10 @@
 """Temperature calibration of a saved model directory on the calibration split.
 
-    result = calibrate_predictions(predictions, model_hash)   # one T per kind / option-count group (+ per catalogue family)
+    result = calibrate_predictions(predictions, model_hash)   # T per kind / option-count group, catalogue family, question
     save_calibration(result.calibration, model_dir / "calibration.json")
 
-Uses `controller.calibration.fit_temperatures` (NLL-optimal T per group, bound to the model hash; a family's
-Noul bias only where it survives cross-validation across data sources, `source_folds`). A Choice
+Uses `controller.calibration.fit_temperatures` (NLL-optimal T per group, bound to the model hash; a question's
+own fit and a Noul bias only where they survive cross-validation across data sources, `source_folds`). A Choice
 or Score question is fitted on the index of its most probable target option; a Noul on its target
 probability. Groups without calibration data keep T = 1.
 """
@@ -64,7 +64,7 @@ def calibrate_predictions(predictions: Sequence[Prediction], model_hash: str | N
     logits, targets, groups = calibration_inputs(predictions)
     families = [p.label.catalogue for p in predictions]
     calibration = fit_temperatures(logits, targets, groups, model_hash=model_hash, families=families, bias=bias,
-                                   folds=source_folds(predictions) if bias else None)
+                                   folds=source_folds(predictions))
     before, after = {}, {}
     for g in sorted(set(groups)):
         idx = [i for i, x in enumerate(groups) if x == g]

@@ -39,8 +39,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-states", type=int, default=PipelineConfig.eval_states, help="held-out states per source and family (0: all)")
     p.add_argument("--robust-states", type=int, default=PipelineConfig.robust_states)
     p.add_argument("--npair-states", type=int, default=PipelineConfig.npair_states)
-    p.add_argument("--calibration-bias", action="store_true",
-                   help="also fit a Noul bias per catalogue family where it survives cross-validation across sources (off: it did not help held-out NLL)")
+    p.add_argument("--calibration-bias", action=argparse.BooleanOptionalAction, default=PipelineConfig.calibration_bias,
+                   help="fit a Noul bias beside each temperature where it survives cross-validation across sources (default on)")
 
 
 def add_parser(sub: Any) -> None:

@@ -40,13 +40,14 @@ class PipelineConfig:
     fit: FitConfig = field(default_factory=FitConfig)
     max_questions: int = 8  # questions per packed training request
     noul_as_choice_rate: float = 0.05  # training Nouls also asked as the equivalent yes/no Choice
-    calibration_states: int = 300  # calibration-split states per family (0: all)
-    eval_states: int = 200  # held-out states per source (LoCoMo / synthetic) and family (0: all)
+    calibration_states: int = 0  # calibration-split states per family (0: all)
+    eval_states: int = 0  # held-out states per source and family (0: all; a sample of 200 flattered the model)
     robust_states: int = 120  # held-out states for the robustness checks
     npair_states: int = 120  # held-out states for packed vs N-pair
-    # Off by default: on the shipped model a cross-validated Noul bias per family lowered the calibration-split
-    # NLL (0.3584 -> 0.3544) but raised the held-out NLL (0.3636 -> 0.3650; pair ECE 0.040 -> 0.062).
-    calibration_bias: bool = False
+    # A Noul bias (Platt) beside the temperature, at each calibration level where it survives cross-validation
+    # across data sources. On every held-out state of the shipped model it lowered the NLL (0.4062 -> 0.4025,
+    # temperature-only hierarchy against the same with biases) and every family's ECE but relevance's.
+    calibration_bias: bool = True
     export_method: str = "fused"
     progress: bool = True
     command: str = "make train"

@@ -121,12 +121,14 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         "Local System One controller for Jev-Mem: the packed MiniLM-L6 cross-encoder (sentence-transformers/all-MiniLM-L6-v2, "
         "6 layers, 384 hidden) with a LoRA adapter (r=8, alpha=16, dropout 0.1 on query/key/value/dense) and a fully trained "
         "3-way readout head (Noul / Choice option / Score level), temperature-calibrated per question kind and option count, "
-        "with a temperature of its own for each Jev-Mem catalogue family that has enough calibration data.",
+        "with a temperature of its own for each Jev-Mem catalogue family, and each catalogue question, that has enough "
+        "calibration data (a question's own only where it beats its family's across data sources), and a Noul bias "
+        "(Platt) at each level where cross-validation across sources keeps it.",
         "",
         f"- artifact hash: `{m.get('artifact_hash')}`",
         f"- base weights sha256: `{(m.get('base_model') or {}).get('sha256')}`",
         f"- template: `{(m.get('template') or {}).get('template_version')}`",
-        f"- reproduce: `{command}` (wall-clock per stage below; 2 shared CPU cores)",
+        f"- reproduce: `{command}` on 2 shared CPU cores; wall-clock per stage: {_stage_times(metrics.get('stages_seconds') or {})}",
         "",
         "## Training data (provenance)",
         "",
@@ -148,7 +150,7 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         "- losses: BCE (Noul), cross-entropy to soft targets (Choice), cross-entropy + ranked probability score (Score); "
         "family-balanced sampling; AdamW, linear warmup/decay, gradient clipping.",
         f"- temperatures: {json.dumps(temps)}",
-        *([f"- Noul biases per family (Platt, `--calibration-bias`): {json.dumps(metrics['calibration']['family_biases'])}"]
+        *([f"- Noul biases (Platt, cross-validated; `--no-calibration-bias` leaves them out): {json.dumps(metrics['calibration']['family_biases'])}"]
           if metrics.get("calibration", {}).get("family_biases") else []),
         "",
         "## Held-out results (LoCoMo dev conv-26/30 + synthetic test shard)",
@@ -183,7 +185,8 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         "- Out-of-domain suites (sys1bench, jevbench) were not run for this artifact (they need a running server).",
         "- English only; inputs over 512 positions per branch are refused, never truncated.",
         "",
-        "Full figures: `metrics.json` (per question, per split, robustness, stage wall-clock); reliability diagrams: `reliability.png`.",
+        "Full figures: `metrics.json` (per question, per split, robustness, stage wall-clock); reliability diagrams: "
+        "`reliability.png`, written here by the evaluate stage (not committed).",
         "",
     ]
     return "\n".join(parts)
@@ -194,6 +197,14 @@ def write_report(run_dir: str | Path, model_dir: str | Path, command: str) -> di
     write_json(Path(model_dir) / "metrics.json", metrics)
     (Path(model_dir) / "MODEL_CARD.md").write_text(model_card(metrics, command), encoding="utf-8")
     return metrics
+
+
+def _stage_times(seconds: dict[str, float]) -> str:
+    """`build_data 46 s, fit 50.3 min, ...` in pipeline order (`not recorded` when empty)."""
+    order = ("build_data", "fit", "calibrate", "evaluate", "export")
+    keys = [k for k in order if k in seconds] + sorted(set(seconds) - set(order))
+    parts = [f"{k} {seconds[k] / 60:.1f} min" if seconds[k] >= 600 else f"{k} {seconds[k]:.0f} s" for k in keys]
+    return (", ".join(parts) + f"; {sum(seconds.values()) / 60:.1f} min in all") if parts else "not recorded"
 
 
 def _split_counts(data: dict[str, Any]) -> str:

@@ -131,3 +131,39 @@ def test_a_bias_that_does_not_carry_over_across_sources_is_dropped() -> None:
     cal = fit_temperatures([[v] for v in seen], list(y), ["noul"] * 2000, families=["pair"] * 2000, folds=folds, model_hash="h", bias=True)
     assert "pair:noul" in cal.family_temperatures and "pair:noul" not in cal.family_biases
     assert bias_carries_over(seen[:10], y[:10], folds[:10])  # nothing to check against: the bias stays
+
+
+def _noul_sample(seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    z = rng.normal(0, 2, size=n)
+    return z, (rng.random(n) < 1 / (1 + np.exp(-z))).astype(float)
+
+
+def test_a_question_gets_its_own_calibration_where_it_beats_its_family_out_of_fold() -> None:
+    z, y = _noul_sample(4, 6000)
+    # "pair.semantic" is 3x over-confident, "pair.causal" calibrated, in both sources; "pair.update" too rare.
+    scale = np.where(np.arange(6000) % 2 == 0, 3.0, 1.0)
+    keys = ["pair.semantic" if i % 2 == 0 else "pair.causal" for i in range(6000)]
+    keys[:100] = ["pair.update"] * 100
+    folds = ["a" if i < 3000 else "b" for i in range(6000)]
+    cal = fit_temperatures([[v] for v in z * scale], list(y), ["noul"] * 6000, families=keys, folds=folds, model_hash="h")
+    assert cal.temperature("noul", 1, "pair.semantic") == pytest.approx(3.0, rel=0.2)
+    assert cal.temperature("noul", 1, "pair.causal") == pytest.approx(1.0, rel=0.2)
+    assert cal.level("noul", 1, "pair.update") == "pair:noul" and cal.level("noul", 1, "pair.semantic") == "pair.semantic:noul"
+    assert cal.level("noul", 1, "typing.episodic") == "noul" == cal.level("noul", 1, None)
+    assert cal.fitted_on["pair.semantic:noul"] > 2500 and "pair.update:noul" not in cal.fitted_on
+    # Source "b" is under-confident where "a" is over-confident: a question fit on one source loses on the other.
+    flipped = np.where(np.array(folds) == "a", scale, 1.0 / scale)
+    cal = fit_temperatures([[v] for v in z * flipped], list(y), ["noul"] * 6000, families=keys, folds=folds, model_hash="h")
+    assert cal.level("noul", 1, "pair.semantic") == "pair:noul"
+
+
+def test_a_lookup_takes_temperature_and_bias_from_the_same_level() -> None:
+    cal = Calibration({"noul": 1.5}, "h", family_temperatures={"pair:noul": 2.0, "pair.semantic:noul": 3.0},
+                      family_biases={"pair:noul": 0.5})
+    assert (cal.temperature("noul", 1, "pair.semantic"), cal.bias("noul", "pair.semantic")) == (3.0, 0.0)
+    assert (cal.temperature("noul", 1, "pair.causal"), cal.bias("noul", "pair.causal")) == (2.0, 0.5)
+    assert (cal.temperature("noul", 1, "pair"), cal.bias("noul", "pair")) == (2.0, 0.5)
+    assert (cal.temperature("noul", 1, "typing.episodic"), cal.bias("noul", "typing.episodic")) == (1.5, 0.0)
+    p = cal.probabilities("noul", np.array([1.0]), "pair.causal")[0]
+    assert p == pytest.approx(1 / (1 + math.exp(-(1.0 / 2.0 + 0.5))))

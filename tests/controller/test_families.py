@@ -72,6 +72,16 @@ def test_lookup_round_trips() -> None:
     assert lookup(None) is None
 
 
+def test_catalogue_key_names_family_and_question_for_canonical_and_paraphrased_wording() -> None:
+    from controller.families import catalogue_key
+
+    parsed = normalize_questions(family_questions("pair"))
+    assert catalogue_key(parsed["semantic"]) == "pair.semantic"
+    (family_name, name), texts = next(iter(PARAPHRASES.items()))
+    assert catalogue_key(NoulQuestion(instructions=texts[0])) == f"{family_name}.{name}"
+    assert catalogue_key(NoulQuestion(instructions="Is this about billing?")) is None
+
+
 def test_family_questions_are_fresh_copies_in_the_asked_order() -> None:
     first = family_questions("pair")
     first["temporal"]["criteria"]["before"] = "changed"

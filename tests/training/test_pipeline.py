@@ -53,6 +53,7 @@ def test_the_model_directory_is_small_and_loadable(pipeline_run) -> None:  # typ
     assert len(result.probabilities) == 4 and all(0 <= p[0] <= 1 for p in result.probabilities)
     card = (cfg.model / "MODEL_CARD.md").read_text()
     assert "CC BY-NC" in card and "No outputs of Jev" in card and "| all |" in card
+    assert "wall-clock per stage: build_data " in card and ", export " in card and "min in all" in card
     assert json.loads((cfg.model / "metrics.json").read_text())["total_seconds"] > 0
 
 
