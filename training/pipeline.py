@@ -72,7 +72,8 @@ class PipelineConfig:
         return {**asdict(self), "fit": self.fit.to_json()}
 
 
-def _examples(cfg: PipelineConfig, split: str) -> list[Any]:
+def split_examples(cfg: PipelineConfig, split: str) -> list[Any]:
+    """The decision examples of one split file under the run's data directory."""
     from data.schema import load_examples
 
     if not (cfg.data / f"{split}.jsonl").exists():
@@ -80,7 +81,8 @@ def _examples(cfg: PipelineConfig, split: str) -> list[Any]:
     return load_examples(cfg.data, split)
 
 
-def _tokenizer(cfg: PipelineConfig) -> Any:
+def tokenizer(cfg: PipelineConfig) -> Any:
+    """The template tokenizer of the run's base model."""
     from controller.template import get_tokenizer
 
     return get_tokenizer(cfg.base_path)
@@ -101,7 +103,7 @@ def stage_fit(cfg: PipelineConfig, *, resume: bool = False) -> dict[str, Any]:
     from controller.torch_model import PackedCrossEncoder
     from training.sampling import prepare_requests
 
-    requests, report = prepare_requests(_examples(cfg, "train"), _tokenizer(cfg), max_questions=cfg.max_questions,
+    requests, report = prepare_requests(split_examples(cfg, "train"), tokenizer(cfg), max_questions=cfg.max_questions,
                                         noul_as_choice_rate=cfg.noul_as_choice_rate, seed=cfg.fit.seed)
     from training.trainer import fit
 
@@ -113,7 +115,8 @@ def stage_fit(cfg: PipelineConfig, *, resume: bool = False) -> dict[str, Any]:
     return {"config": cfg.fit.to_json(), **asdict(result), "artifact_hash": digest, "requests": asdict(report)}
 
 
-def _load(cfg: PipelineConfig) -> Any:
+def load_model(cfg: PipelineConfig) -> Any:
+    """The model directory loaded (base + adapter + heads + calibration)."""
     from controller.artifacts import load_artifact
 
     if not (cfg.model / "config.json").exists():
@@ -131,9 +134,9 @@ def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
 
     torch.set_num_threads(cfg.fit.threads)
     (cfg.model / "calibration.json").unlink(missing_ok=True)  # refitting: the old one may belong to another hash
-    loaded = _load(cfg)
-    examples = cap_states(_examples(cfg, "calibration"), cfg.calibration_states, seed=cfg.fit.seed, by_source=False)
-    requests, _ = prepare_requests(examples, _tokenizer(cfg), max_questions=cfg.max_questions)
+    loaded = load_model(cfg)
+    examples = cap_states(split_examples(cfg, "calibration"), cfg.calibration_states, seed=cfg.fit.seed, by_source=False)
+    requests, _ = prepare_requests(examples, tokenizer(cfg), max_questions=cfg.max_questions)
     run = predict(loaded.model, requests, progress=cfg.progress, desc="calibrate")
     result = calibrate_predictions(run.predictions, loaded.model_hash, bias=cfg.calibration_bias)
     save_calibration(result.calibration, cfg.model / "calibration.json")
@@ -144,20 +147,22 @@ def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
 def stage_evaluate(cfg: PipelineConfig) -> dict[str, Any]:
     import torch
 
+    from controller.embedding import create_embedder
     from training.evaluate import base_rates, metric_table, plot_reliability
     from training.predict import predict
+    from training.relevance_report import relevance_by_negative
     from training.robustness import noul_choice_check, npair_check, option_order_check, sample_states, wording_check
     from training.sampling import cap_states, prepare_requests
 
     torch.set_num_threads(cfg.fit.threads)
-    loaded = _load(cfg)
-    tok = _tokenizer(cfg)
-    held = [e for split in ("dev", "test") if (cfg.data / f"{split}.jsonl").exists() for e in _examples(cfg, split)]
+    loaded = load_model(cfg)
+    tok = tokenizer(cfg)
+    held = [e for split in ("dev", "test") if (cfg.data / f"{split}.jsonl").exists() for e in split_examples(cfg, split)]
     held = cap_states(held, cfg.eval_states, seed=cfg.fit.seed)
     if not held:
         raise PipelineError(f"no held-out examples (dev.jsonl / test.jsonl) under {cfg.data}")
     requests, _ = prepare_requests(held, tok, max_questions=cfg.max_questions)
-    train_requests, _ = prepare_requests(_examples(cfg, "train"), tok, max_questions=cfg.max_questions)
+    train_requests, _ = prepare_requests(split_examples(cfg, "train"), tok, max_questions=cfg.max_questions)
     rates = base_rates(train_requests)
     run = predict(loaded.model, requests, progress=cfg.progress, desc="evaluate")
     preds, cal = run.predictions, loaded.calibration
@@ -181,9 +186,12 @@ def stage_evaluate(cfg: PipelineConfig) -> dict[str, Any]:
         t = time.perf_counter()
         robustness[name] = {**check(), "seconds": round(time.perf_counter() - t, 2)}
     npair = npair_check(loaded.model, sample_states(held, cfg.npair_states, seed=cfg.fit.seed + 1), tok)
+    # the embedder that mined the dense negatives, as the zero-shot reference
+    relevance = relevance_by_negative(preds, held, None if cfg.dense == "none" else create_embedder(cfg.dense))
     cfg.run.mkdir(parents=True, exist_ok=True)
     plot = plot_reliability(preds, cal, cfg.model / "reliability.png", title="held-out reliability (LoCoMo dev + synthetic test)")
-    evaluation = {"heldout": heldout, "robustness": robustness, "packed_vs_npair": npair, "reliability_png": plot}
+    evaluation = {"heldout": heldout, "robustness": robustness, "packed_vs_npair": npair, "relevance_by_negative": relevance,
+                  "reliability_png": plot}
     write_json(cfg.run / "evaluation.json", evaluation)
     return {"examples": len(preds), "robust_examples": len(robust)}
 
@@ -196,9 +204,9 @@ def stage_export(cfg: PipelineConfig) -> dict[str, Any]:
     from training.sampling import prepare_requests
 
     torch.set_num_threads(cfg.fit.threads)
-    loaded = _load(cfg)
+    loaded = load_model(cfg)
     split = "dev" if (cfg.data / "dev.jsonl").exists() else "test"
-    requests, _ = prepare_requests(_examples(cfg, split)[:400], _tokenizer(cfg), max_questions=cfg.max_questions)
+    requests, _ = prepare_requests(split_examples(cfg, split)[:400], tokenizer(cfg), max_questions=cfg.max_questions)
     batches, _ = make_batches([r.tokenized for r in requests[:48]], max_batch_tokens=4096)
     report = export_onnx(loaded.model, cfg.run / "model.onnx", batches, method=cfg.export_method)  # type: ignore[arg-type]
     size = (cfg.run / "model.onnx").stat().st_size

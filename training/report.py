@@ -77,6 +77,7 @@ def build_metrics(run_dir: str | Path, model_dir: str | Path) -> dict[str, Any]:
         "heldout": evaluation.get("heldout", {}),
         "robustness": evaluation.get("robustness", {}),
         "packed_vs_npair": evaluation.get("packed_vs_npair", {}),
+        "relevance_by_negative": evaluation.get("relevance_by_negative", {}),
         "acceptance": acceptance(evaluation),
         "out_of_domain": "not measured: the sys1bench / jevbench suites need a running server",
     }
@@ -111,6 +112,8 @@ def _acceptance_lines(acc: dict[str, Any]) -> list[str]:
 
 
 def model_card(metrics: dict[str, Any], command: str) -> str:
+    from training.relevance_report import relevance_table
+
     m, fit, data = metrics["model"], metrics.get("fit", {}), metrics.get("data", {})
     held = metrics.get("heldout", {})
     temps = {**(metrics.get("calibration", {}).get("temperatures") or {}), **(metrics.get("calibration", {}).get("family_temperatures") or {})}
@@ -165,6 +168,10 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         "",
         *_acceptance_lines(metrics.get("acceptance", {})),
         "",
+        *(["### Candidate relevance by negative kind (LoCoMo dev, `relevant`)", "",
+            "Gold evidence turns against each kind of mined negative; `cosine` is the zero-shot bi-encoder that mined the dense "
+            "negatives (`training/relevance_report.py`).", "", relevance_table(metrics["relevance_by_negative"]), ""]
+          if metrics.get("relevance_by_negative") else []),
         "### Packed vs N-pair (same weights, held-out sample, raw probabilities)",
         "",
     ]

@@ -1,0 +1,35 @@
+"""Calibration variants judged on held-out predictions: levels, biases, the ECE target column."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from training.calibration_compare import VARIANTS, at_level, compare, compare_table
+from training.predict import Prediction
+from training.sampling import Label
+
+
+def _predictions(seed: int, n: int, source: str) -> list[Prediction]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        z = rng.normal(0, 2)
+        y = float(rng.random() < 1 / (1 + np.exp(-z)))
+        question = "semantic" if i % 2 else "causal"
+        seen = z * (3.0 if question == "semantic" else 1.0)  # one question over-confident, the other calibrated
+        label = Label("noul", (y,), 1.0, "pair", question, f"{source}{i}", catalogue=f"pair.{question}")
+        out.append(Prediction(label, np.array([seen]), "dev", f"{source}:g{i % 7}"))
+    return out
+
+
+def test_question_level_variants_fit_each_question_and_family_variants_do_not() -> None:
+    calibration = _predictions(0, 1200, "locomo") + _predictions(1, 1200, "synthetic")
+    held = _predictions(2, 1600, "locomo")
+    result = compare(calibration, calibration[::3], held)
+    assert list(result) == list(VARIANTS)
+    assert "pair.semantic:noul" in result["question T"]["levels"] and "pair.semantic:noul" not in result["family T"]["levels"]
+    assert result["question T"]["heldout"]["pair"]["nll"] < result["family T"]["heldout"]["pair"]["nll"]
+    row = result["question T"]["heldout"]["pair"]
+    assert row["n"] == 1600 and row["meets"] == (row["ece"] <= 0.05 and row["ece"] <= row["ece_raw"])
+    assert "| question T+b |" in compare_table(result) and "families meeting ECE target" in compare_table(result)
+    assert {p.label.catalogue for p in at_level(held, "family")} == {"pair"}

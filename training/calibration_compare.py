@@ -1,0 +1,115 @@
+"""Calibration variants of one trained model, each fitted on the calibration split and judged on every held-out
+state: the model runs once per split, the variants are refitted from its logits in seconds.
+
+    python -m training compare-calibration --run-dir R --model-dir M --data-dir D [--out FILE]
+
+Variants: the calibration level (`family`: a temperature per catalogue family; `question`: also one per
+catalogue question where it beats its family out of fold), with or without the cross-validated Noul bias,
+fitted on every calibration state or on the pipeline's old sample of 300 states per family. Nothing in the
+model directory changes. The table gives held-out NLL and ECE (raw -> calibrated) per family; a family
+meets the issue's target when it has >= 200 held-out examples, ECE <= 0.05 and no worse than raw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from training.predict import Prediction
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "family T, 300 states": {"level": "family", "bias": False, "states": 300},
+    "family T": {"level": "family", "bias": False, "states": 0},
+    "family T+b": {"level": "family", "bias": True, "states": 0},
+    "question T": {"level": "question", "bias": False, "states": 0},
+    "question T+b": {"level": "question", "bias": True, "states": 0},
+}
+
+
+def at_level(predictions: Sequence[Prediction], level: str) -> list[Prediction]:
+    """Predictions whose catalogue key is cut to its family (`pair.semantic` -> `pair`) for `level="family"`."""
+    if level == "question":
+        return list(predictions)
+    return [dataclasses.replace(p, label=dataclasses.replace(p.label, catalogue=p.label.catalogue.partition(".")[0]))
+            if p.label.catalogue else p for p in predictions]
+
+
+def compare(calibration: Sequence[Prediction], sampled: Sequence[Prediction], heldout: Sequence[Prediction],
+            variants: dict[str, dict[str, Any]] = VARIANTS) -> dict[str, dict[str, Any]]:
+    """Per variant: held-out {family: {n, nll_raw, nll, ece_raw, ece, meets}} (and `all`) plus the fitted levels."""
+    from controller.calibration import fit_temperatures
+    from training.calibrate import calibration_inputs, source_folds
+    from training.evaluate import compute_metrics
+    from training.predict import probabilities
+
+    out: dict[str, dict[str, Any]] = {}
+    for name, spec in variants.items():
+        fit_on = at_level(sampled if spec["states"] else calibration, spec["level"])
+        logits, targets, groups = calibration_inputs(fit_on)
+        cal = fit_temperatures(logits, targets, groups, families=[p.label.catalogue for p in fit_on], bias=spec["bias"],
+                               folds=source_folds(fit_on), min_question_examples=150 if spec["level"] == "question" else 10**9)
+        held = at_level(heldout, spec["level"])
+        raw, calibrated = probabilities(held), probabilities(held, cal)
+        families: dict[str, list[int]] = {"all": list(range(len(held)))}
+        for i, p in enumerate(held):
+            families.setdefault(p.family, []).append(i)
+        table = {}
+        for family, idx in sorted(families.items()):
+            kinds, targets_ = [held[i].kind for i in idx], [held[i].label.target for i in idx]
+            before = compute_metrics(kinds, [raw[i] for i in idx], targets_)
+            after = compute_metrics(kinds, [calibrated[i] for i in idx], targets_)
+            table[family] = {"n": len(idx), "nll_raw": round(before.nll, 4), "nll": round(after.nll, 4), "ece_raw": round(before.ece, 4),
+                             "ece": round(after.ece, 4), "meets": len(idx) < 200 or (after.ece <= 0.05 and after.ece <= before.ece)}
+        out[name] = {"spec": spec, "heldout": table, "levels": sorted(cal.family_temperatures), "biases": sorted(cal.family_biases)}
+    return out
+
+
+def compare_table(result: dict[str, dict[str, Any]]) -> str:
+    families = [f for f in next(iter(result.values()))["heldout"] if f != "all"]
+    head = "| variant | held-out NLL | " + " | ".join(f"ECE {f}" for f in families) + " | families meeting ECE target |"
+    lines = [head, "|" + "---|" * (len(families) + 3)]
+    for name, row in result.items():
+        t = row["heldout"]
+        cells = [f"{t[f]['ece_raw']:.3f} -> {t[f]['ece']:.3f}" + ("" if t[f]["meets"] else " (miss)") for f in families]
+        lines.append(f"| {name} | {t['all']['nll']:.4f} | " + " | ".join(cells) + f" | {sum(t[f]['meets'] for f in families)} of {len(families)} |")
+    return "\n".join(lines)
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("compare-calibration", help="fit calibration variants on the calibration split, judge each on all held-out data")
+    p.add_argument("--run-dir", default="runs/jevmem-minilm")
+    p.add_argument("--model-dir", default="", help="model directory (default controller/models/jevmem-minilm); left unchanged")
+    p.add_argument("--data-dir", default="", help="decision data split files (default <run-dir>/data)")
+    p.add_argument("--base", default=None)
+    p.add_argument("--out", default=None, help="write the full result as JSON here")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from training.pipeline import PipelineConfig, load_model, split_examples, tokenizer
+    from training.predict import predict
+    from training.sampling import cap_states, prepare_requests
+
+    cfg = PipelineConfig(run_dir=args.run_dir, model_dir=args.model_dir, data_dir=args.data_dir, base_path=args.base, progress=False)
+    torch.set_num_threads(cfg.fit.threads)
+    loaded, tok = load_model(cfg), tokenizer(cfg)
+
+    def logits(examples: list[Any]) -> list[Prediction]:
+        return predict(loaded.model, prepare_requests(examples, tok, max_questions=cfg.max_questions)[0]).predictions
+
+    calibration_examples = split_examples(cfg, "calibration")
+    full = logits(calibration_examples)
+    sampled_ids = {e.id for e in cap_states(calibration_examples, 300, seed=cfg.fit.seed, by_source=False)}
+    sampled = [p for p in full if p.label.example_id in sampled_ids]
+    held = logits([e for split in ("dev", "test") if (cfg.data / f"{split}.jsonl").exists() for e in split_examples(cfg, split)])
+    result = compare(full, sampled, held)
+    print(compare_table(result))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    return 0
