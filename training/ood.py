@@ -1,6 +1,7 @@
 """Out-of-domain figures for a controller: sys1bench RAG relevance (accuracy, calibration) and jevbench coherence.
 
     python -m training ood --controller heuristic|local [--model-dir DIR] [--items 150] [--out runs/ood-heuristic]
+    python -m training ood --controller local --record-run runs/jevmem-minilm   # also into metrics.json + model card
 
 Serves the controller on loopback with `python -m serving serve` (a subprocess: training must not import serving),
 then runs sys1bench `rag_relevance` (fixed seed; best_passage Choice over K passage ids, is_relevant Noul, relevance
@@ -93,6 +94,7 @@ class OodSummary:
     sys1bench: list[QuestionScore] = field(default_factory=list)
     jevbench: list[CoherenceScore] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    artifact_hash: str | None = None  # the local controller's model directory hash (None for the heuristic)
 
 
 def _finite(value: Any) -> float | None:
@@ -218,6 +220,11 @@ def run_ood(cfg: OodConfig) -> OodSummary:
     import jevbench as jb
     from sys1bench.adapters import get_adapter
 
+    digest = None
+    if cfg.controller == "local":
+        from controller.artifacts import DEFAULT_MODEL_DIR, artifact_hash
+
+        digest = artifact_hash(cfg.model_dir or DEFAULT_MODEL_DIR)
     t0 = t = time.perf_counter()
     with serve(cfg, cfg.out / "server.log") as url:
         seconds = {"server_start": round(time.perf_counter() - t, 2)}
@@ -236,7 +243,7 @@ def run_ood(cfg: OodConfig) -> OodSummary:
             coherence = run_jevbench(models, cfg.jevbench_suite, cfg.out / "jevbench")
             seconds["jevbench"] = round(time.perf_counter() - t, 2)
     seconds["total"] = round(time.perf_counter() - t0, 2)
-    summary = OodSummary(cfg.controller, model, {**asdict(cfg), "out_dir": str(cfg.out)}, rag, coherence, seconds)
+    summary = OodSummary(cfg.controller, model, {**asdict(cfg), "out_dir": str(cfg.out)}, rag, coherence, seconds, digest)
     write_summary(summary, cfg.out)
     return summary
 
@@ -283,17 +290,44 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", dest="out_dir", default="", help="output directory (default runs/ood-<controller>)")
     p.add_argument("--jevbench-suite", default=OodConfig.jevbench_suite, help="default jevbench-mini (~1,250 requests)")
     p.add_argument("--no-jevbench", dest="jevbench_suite", action="store_const", const=None, help="sys1bench only")
+    p.add_argument("--record-run", default="", help="training run directory: keep the summary there as ood.json and refresh the "
+                   "model directory's metrics.json and model card (local controller only)")
     p.set_defaults(handler=run)
+
+
+def record_summary(summary: OodSummary, run_dir: str | Path, model_dir: str | Path | None = None) -> Path:
+    """Keep `summary` as `<run_dir>/ood.json`; when the run has stage records and the model directory exists,
+    rewrite its metrics.json and model card, which show the figures for the artifact they were measured on."""
+    from training.report import read_json, write_report
+
+    if summary.controller != "local" or summary.artifact_hash is None:
+        raise PipelineError("only a local controller's figures belong to a model directory; run with --controller local")
+    run = Path(run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    path = run / "ood.json"
+    path.write_text(json.dumps(asdict(summary), indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    if model_dir is None:
+        from controller.artifacts import DEFAULT_MODEL_DIR
+
+        model_dir = DEFAULT_MODEL_DIR
+    if (run / "stages.json").exists() and (Path(model_dir) / "config.json").exists():
+        command = read_json(run / "pipeline_config.json", {}).get("command", "make train")
+        write_report(run, model_dir, command)
+    return path
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = OodConfig(**{f.name: getattr(args, f.name) for f in fields(OodConfig) if hasattr(args, f.name)})
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))  # one line per request
+    if args.record_run and cfg.controller != "local":
+        raise PipelineError("--record-run keeps a local model's figures; it needs --controller local")
     summary = run_ood(cfg)
     print(to_markdown(summary))
     print(f"wrote {cfg.out / 'summary.json'} and {cfg.out / 'summary.md'}", file=sys.stderr)
+    if args.record_run:
+        print(f"recorded {record_summary(summary, args.record_run, cfg.model_dir)}", file=sys.stderr)
     return 0
 
 
 __all__ = ["CoherenceScore", "OodConfig", "OodSummary", "QuestionScore", "add_parser", "coherence_score", "question_scores",
-           "run_jevbench", "run_ood", "run_sys1bench", "serve", "to_markdown", "uniform_answers", "write_summary"]
+           "record_summary", "run_jevbench", "run_ood", "run_sys1bench", "serve", "to_markdown", "uniform_answers", "write_summary"]

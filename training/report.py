@@ -79,8 +79,35 @@ def build_metrics(run_dir: str | Path, model_dir: str | Path) -> dict[str, Any]:
         "packed_vs_npair": evaluation.get("packed_vs_npair", {}),
         "relevance_by_negative": evaluation.get("relevance_by_negative", {}),
         "acceptance": acceptance(evaluation),
-        "out_of_domain": "not measured: the sys1bench / jevbench suites need a running server",
+        "out_of_domain": _out_of_domain(read_json(run / "ood.json", None), calibration.get("model_hash")),
     }
+
+
+def _out_of_domain(summary: dict[str, Any] | None, model_hash: str | None) -> dict[str, Any] | str:
+    """The recorded `python -m training ood` summary when it was measured on this artifact, else why not."""
+    how = "run `python -m training ood --controller local --record-run RUN_DIR`"
+    if summary is None:
+        return f"not measured: {how}"
+    if summary.get("artifact_hash") != model_hash:
+        return f"not measured on this artifact (the recorded run used {summary.get('artifact_hash')!r}): {how}"
+    return summary
+
+
+def ood_lines(ood: dict[str, Any]) -> list[str]:
+    """Model card lines: sys1bench RAG relevance against its references, jevbench coherence."""
+    config = ood.get("config", {})
+    lines = [f"sys1bench `rag_relevance` ({config.get('items')} items, K={config.get('cardinality')}, seed {config.get('seed')}), "
+             "beside `uniform` (1/K) and `base_rate` (the class prior fitted on these labels):", "",
+             "| model | question | accuracy | ECE | NLL |", "|---|---|---|---|---|"]
+    for row in ood.get("sys1bench", []):
+        m = row["metrics"]
+        lines.append(f"| {row['model']} | {row['question']} | {_fmt(m.get('accuracy'))} | {_fmt(m.get('ece15'))} | {_fmt(m.get('nll'))} |")
+    lines += [""] if ood.get("jevbench") else []
+    for row in ood.get("jevbench", []):
+        dims = ", ".join(f"{k} {_fmt(v)}" for k, v in row["dimensions"].items())
+        overall = "not scored (a dimension lacks answers)" if row["overall"] is None else _fmt(row["overall"])
+        lines.append(f"- jevbench coherence, {row['model']}: overall {overall}; {dims}; {row['requests']} requests, {row['errors']} refused or failed")
+    return lines
 
 
 def _fmt(value: Any) -> str:
@@ -182,6 +209,10 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
                          f"{npair[enc]['seconds']} s for {npair[enc]['requests']} requests ({npair[enc]['tokens']} tokens)")
     parts += [
         "",
+        "## Out of domain",
+        "",
+        *(ood_lines(metrics["out_of_domain"]) if isinstance(metrics.get("out_of_domain"), dict) else [f"- {metrics.get('out_of_domain')}"]),
+        "",
         "## Limits",
         "",
         "- LoCoMo-derived labels are noisy by construction (incomplete gold evidence, keyword rules); synthetic states are "
@@ -189,7 +220,6 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         "- Typing, causal and entity-equivalence judgments are learnt from synthetic data only.",
         "- The catalogue has no Score questions, so the Score head is untrained beyond its initialisation on this data.",
         "- The state is encoded without seeing the question (packed encoding); see the N-pair comparison above.",
-        "- Out-of-domain suites (sys1bench, jevbench) were not run for this artifact (they need a running server).",
         "- English only; inputs over 512 positions per branch are refused, never truncated.",
         "",
         "Full figures: `metrics.json` (per question, per split, robustness, stage wall-clock); reliability diagrams: "

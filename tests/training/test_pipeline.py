@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 
 import pytest
 
@@ -58,7 +59,6 @@ def test_the_model_directory_is_small_and_loadable(pipeline_run) -> None:  # typ
 
 
 def test_refitting_forgets_measurements_of_the_old_model(pipeline_run, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import shutil
     from dataclasses import replace
 
     cfg, _ = pipeline_run
@@ -72,7 +72,6 @@ def test_refitting_forgets_measurements_of_the_old_model(pipeline_run, tmp_path)
 
 
 def test_calibrate_replaces_a_calibration_of_another_model(pipeline_run, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import shutil
     from dataclasses import replace
 
     from controller.artifacts import artifact_hash
@@ -109,3 +108,26 @@ def test_cli_keeps_build_data_and_adds_the_stages() -> None:
     assert cfg.fit.steps == 7 and cfg.fit.threads == 1 and cfg.locomo == "x.json" and cfg.eval_states == 5 and args.skip_data
     args = parser.parse_args(["fit", "--resume", "--lr", "0.001"])
     assert args.resume and config_from_args(args).fit.lr == 0.001
+
+
+def test_out_of_domain_figures_are_recorded_into_the_model_card_for_their_artifact_only(pipeline_run, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from training.errors import PipelineError
+    from training.ood import CoherenceScore, OodSummary, QuestionScore, record_summary
+
+    cfg, _ = pipeline_run
+    model, run = tmp_path / "model", tmp_path / "run"
+    shutil.copytree(cfg.model, model)
+    shutil.copytree(cfg.run, run, ignore=shutil.ignore_patterns("fit", "data", "*.onnx"))
+    digest = json.loads((model / "calibration.json").read_text())["model_hash"]
+    rag = [QuestionScore("m", "best_passage", 150, {"accuracy": 0.23, "ece15": 0.02, "nll": 1.61})]
+    coherence = [CoherenceScore("m", None, None, {"REP": 63.7, "MEA": None}, 1417, 4, 129.0)]
+    summary = OodSummary("local", "m", {"items": 150, "cardinality": 5, "seed": 42}, rag, coherence, {}, digest)
+    assert record_summary(summary, run, model) == run / "ood.json"
+    metrics = json.loads((model / "metrics.json").read_text())
+    assert metrics["out_of_domain"]["sys1bench"][0]["metrics"]["accuracy"] == 0.23
+    card = (model / "MODEL_CARD.md").read_text()
+    assert "| m | best_passage | 0.230 | 0.020 | 1.610 |" in card and "overall not scored" in card and "4 refused or failed" in card
+    record_summary(OodSummary("local", "m", {}, rag, coherence, {}, "another-hash"), run, model)
+    assert json.loads((model / "metrics.json").read_text())["out_of_domain"].startswith("not measured on this artifact")
+    with pytest.raises(PipelineError, match="local controller"):
+        record_summary(OodSummary("heuristic", "h", {}, rag, coherence, {}), run, model)
