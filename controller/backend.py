@@ -27,10 +27,12 @@ class BackendRequest:
 @dataclass(frozen=True)
 class BackendResult:
     """Per question, aligned with `BackendRequest.questions`: a Noul gets (p_true,), a Choice / Score one
-    probability per option / level. `input_tokens` counts the tokens the model actually read."""
+    probability per option / level. `input_tokens` counts the tokens the model actually read;
+    `truncated_tokens` the state tokens an opt-in overflow policy dropped (0: the whole state was read)."""
 
     probabilities: tuple[tuple[float, ...], ...]
     input_tokens: int
+    truncated_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
     backend = LocalBackend.load()                       # controller/models/jevmem-minilm, else UNTRAINED base
     backend = LocalBackend.load(dir, runtime="torch", encoding="npair")
+    backend = LocalBackend.load(overflow="truncate_state")  # cut an over-long state to fit, reported per result
 
 All requests of one `answer` call are tokenized, split into rows, sorted by length and run as padded
 micro-batches; the masking makes every answer independent of that grouping. `input_tokens` is the number of
@@ -26,6 +27,8 @@ from controller.packing import Encoding, PackedBatch, make_batches, rows_tokens
 from controller.template import (
     DEFAULT_MAX_REQUEST_TOKENS,
     DEFAULT_MAX_SEQUENCE_TOKENS,
+    OVERFLOW_POLICIES,
+    Overflow,
     get_tokenizer,
     tokenize_request,
 )
@@ -53,6 +56,7 @@ class LocalBackend:
         max_batch_tokens: int = 8192,
         max_padding: float = 0.1,
         spinning: bool = True,
+        overflow: Overflow = "refuse",
     ) -> None:
         if runtime not in ("onnx", "torch"):
             raise ValueError(f"runtime must be 'onnx' or 'torch', not {runtime!r}")
@@ -63,7 +67,9 @@ class LocalBackend:
         self._loaded = loaded
         self.runtime, self.encoding, self.quantized = runtime, encoding, False
         self._tokenizer = get_tokenizer(loaded.tokenizer_dir)
-        self._limits = {"max_request_tokens": max_request_tokens}
+        if overflow not in OVERFLOW_POLICIES:
+            raise ValueError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}, not {overflow!r}")
+        self._limits: dict[str, Any] = {"max_request_tokens": max_request_tokens, "overflow": overflow}
         self._batching = {"max_sequence_tokens": max_sequence_tokens, "max_batch_tokens": max_batch_tokens, "max_padding": max_padding}
         self._lock = threading.Lock()
         self.graph: Any = None
@@ -114,7 +120,8 @@ class LocalBackend:
         return self._loaded.trained
 
     def answer(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
-        """Calibrated probabilities per question; raises `InputTooLongError` for a request over the limits."""
+        """Calibrated probabilities per question; raises `InputTooLongError` for a request over the limits
+        (unless the `truncate_state` overflow policy can cut its state to fit: `truncated_tokens` says so)."""
         if not requests:
             return []
         tokenized = [tokenize_request(r, self._tokenizer, **self._limits) for r in requests]
@@ -126,7 +133,7 @@ class LocalBackend:
         for request, tok, values in zip(requests, tokenized, per_request):
             probs = tuple(calibration.probabilities(q.kind, z, catalogue_key(q)) for q, z in zip(request.questions, values))
             tokens = rows_tokens(tok, self.encoding, self._batching["max_sequence_tokens"])
-            results.append(BackendResult(probs, tokens))
+            results.append(BackendResult(probs, tokens, tok.truncated))
         return results
 
     def logits(self, batch: PackedBatch) -> np.ndarray:

@@ -13,8 +13,10 @@ question kind is not spelled out: each kind has its own head. The state is compa
 JSON (`ensure_ascii=False`; a string state stays as it is). Instructions and criteria that are objects or
 arrays are compact JSON text. Literal spellings of special tokens (`[CLS]`, `[sep]`, ...) are lower-cased so
 that user text can never produce a special token (the tokenizer matches them case-sensitively, and the model
-is uncased, so the text the model reads is unchanged). Nothing is ever truncated: a branch whose positions
-exceed `MAX_POSITIONS`, or a request over the token budget, raises `InputTooLongError`.
+is uncased, so the text the model reads is unchanged). By default nothing is ever truncated: a branch whose
+positions exceed `MAX_POSITIONS`, or a request over the token budget, raises `InputTooLongError`. The opt-in
+overflow policy `truncate_state` instead keeps the head of a state that leaves its longest branch no room
+(at least `MIN_KEPT_STATE` tokens of it) and reports how many tokens it dropped (`TokenizedRequest.truncated`).
 
 A large request is executed as several packed sequences (`plan_sequences`): every sequence repeats the state
 (and, for a split Choice, the question), which changes nothing in the answers because an option only ever
@@ -37,6 +39,9 @@ from controller.questions import ChoiceQuestion, Content, NoulQuestion, Question
 
 TEMPLATE_VERSION = "packed-1"
 MAX_POSITIONS = 512  # BERT position embeddings: state + question + option must fit
+MIN_KEPT_STATE = 64  # `truncate_state` refuses rather than keep less of the state than this
+OVERFLOW_POLICIES: tuple[str, ...] = ("refuse", "truncate_state")
+Overflow = Literal["refuse", "truncate_state"]
 DEFAULT_MAX_REQUEST_TOKENS = 8192  # unique packed tokens of one request (state once + every branch): 255 options of ~30 tokens
 DEFAULT_MAX_SEQUENCE_TOKENS = 1024  # one packed sequence; larger requests are split (see module doc)
 
@@ -174,6 +179,7 @@ class TokenizedQuestion:
 class TokenizedRequest:
     state: tuple[int, ...]  # [CLS] state [SEP]
     questions: tuple[TokenizedQuestion, ...]
+    truncated: int = 0  # state tokens dropped by the `truncate_state` overflow policy
 
     @property
     def packed_tokens(self) -> int:
@@ -187,17 +193,27 @@ def tokenize_request(
     *,
     max_positions: int = MAX_POSITIONS,
     max_request_tokens: int = DEFAULT_MAX_REQUEST_TOKENS,
+    overflow: Overflow = "refuse",
 ) -> TokenizedRequest:
-    """Render (if needed), tokenize and check the limits; raises `InputTooLongError`, never truncates."""
+    """Render (if needed), tokenize and check the limits; raises `InputTooLongError`. With `overflow=
+    "truncate_state"` a state too long for its longest branch is cut to fit (head kept) instead, when at
+    least `MIN_KEPT_STATE` of its tokens remain."""
+    if overflow not in OVERFLOW_POLICIES:
+        raise ValueError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}, not {overflow!r}")
     tok = tokenizer or get_tokenizer()
     rendered = request if isinstance(request, RenderedRequest) else render_request(request)
     (state_body,) = tok.encode_texts([rendered.state])
-    state = (tok.cls_id, *state_body, tok.sep_id)
     questions = tuple(
         TokenizedQuestion(rq.kind, tok.branch(rq.text), tuple(tok.branch(o) for o in rq.options))
         for rq in rendered.questions
     )
-    out = TokenizedRequest(state, questions)
+    truncated = 0
+    if overflow == "truncate_state":
+        longest = max((len(q.ids) + max((len(o) for o in q.options), default=0) for q in questions), default=0)
+        room = max_positions - longest - 2  # [CLS] and [SEP] around the state
+        if len(state_body) > room >= MIN_KEPT_STATE:
+            truncated, state_body = len(state_body) - room, state_body[:room]
+    out = TokenizedRequest((tok.cls_id, *state_body, tok.sep_id), questions, truncated)
     check_limits(out, max_positions=max_positions, max_request_tokens=max_request_tokens)
     return out
 

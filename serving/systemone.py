@@ -13,6 +13,7 @@ from serving.runtime import Runtime, get_runtime
 from serving.wire import ErrorResponse, ModelList, SystemOneResponse, ValidationErrorResponse, read_systemone_body
 
 router = APIRouter(tags=["System One"])
+TRUNCATED_HEADER = "x-jevmem-truncated-tokens"
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorResponse, "description": "Unknown model (`api_usage_error`) or an unreadable body."},
@@ -51,7 +52,9 @@ async def system_one(request: Request, runtime: Runtime = Depends(get_runtime)) 
     assert runtime.batcher is not None
     result = await runtime.batcher.submit(planned.request, runtime.settings.request_timeout_s)
     response = finish_request(planned, result)
-    return JSONResponse(wire_payload(response.model, response.answers, response.usage))
+    # Reported, never silent: a backend serving with an opt-in overflow policy cut this request's state.
+    headers = {TRUNCATED_HEADER: str(result.truncated_tokens)} if result.truncated_tokens else None
+    return JSONResponse(wire_payload(response.model, response.answers, response.usage), headers=headers)
 
 
 @router.get(

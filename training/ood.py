@@ -45,9 +45,12 @@ class OodConfig:
     cardinality: int = 5  # passages per item (the generator's default)
     out_dir: str = ""  # default runs/ood-<controller>
     jevbench_suite: str | None = "jevbench-mini"  # None: skip jevbench
+    overflow: str = "refuse"  # local controller: "truncate_state" cuts over-long states (reported) instead of a 413
     start_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
+        if self.overflow not in ("refuse", "truncate_state") or (self.overflow != "refuse" and self.controller != "local"):
+            raise ValueError(f"overflow must be 'refuse', or 'truncate_state' with the local controller, got {self.overflow!r}")
         if self.items < 1 or not 2 <= self.cardinality <= 255:
             raise ValueError(f"need items >= 1 and 2 <= cardinality <= 255, got {self.items}, {self.cardinality}")
 
@@ -192,6 +195,7 @@ def serve(cfg: OodConfig, log_path: Path) -> Iterator[str]:
         port = int(s.getsockname()[1])
     options = json.loads(os.environ.get("JEVMEM_CONTROLLER_OPTIONS") or "{}")  # e.g. {"threads": 1}
     options |= {"model_dir": cfg.model_dir} if cfg.model_dir else {}
+    options |= {"overflow": cfg.overflow} if cfg.overflow != "refuse" else {}
     env = {k: v for k, v in os.environ.items() if k != "JEVMEM_API_KEY"}
     env.update(HF_HUB_OFFLINE="1", JEVMEM_CONTROLLER_OPTIONS=json.dumps(options))
     cmd = [sys.executable, "-m", "serving", "serve", "--host", HOST, "--port", str(port), "--controller", cfg.controller]
@@ -263,7 +267,7 @@ def to_markdown(summary: OodSummary) -> str:
     if summary.jevbench:
         dims = list(summary.jevbench[0].dimensions)
         lines += ["", (f"jevbench coherence ({c.get('jevbench_suite')}), 0..100. Coherence is not accuracy: `{UNIFORM}` "
-                       "answers uniform distributions."), "",
+                       f"answers uniform distributions. Over-long states: {c.get('overflow', 'refuse')}."), "",
                   "| model | overall | 95% CI | " + " | ".join(dims) + " | requests | errors | seconds |", "|---" * (len(dims) + 6) + "|"]
         for j in summary.jevbench:
             ci = f"{_fmt(j.interval[0], 1)}–{_fmt(j.interval[1], 1)}" if j.interval else "–"
@@ -290,6 +294,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", dest="out_dir", default="", help="output directory (default runs/ood-<controller>)")
     p.add_argument("--jevbench-suite", default=OodConfig.jevbench_suite, help="default jevbench-mini (~1,250 requests)")
     p.add_argument("--no-jevbench", dest="jevbench_suite", action="store_const", const=None, help="sys1bench only")
+    p.add_argument("--truncate-state", dest="overflow", action="store_const", const="truncate_state", default="refuse",
+                   help="local controller: cut over-long states to fit (reported) instead of refusing them with 413")
     p.add_argument("--record-run", default="", help="training run directory: keep the summary there as ood.json and refresh the "
                    "model directory's metrics.json and model card (local controller only)")
     p.set_defaults(handler=run)

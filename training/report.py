@@ -106,7 +106,8 @@ def ood_lines(ood: dict[str, Any]) -> list[str]:
     for row in ood.get("jevbench", []):
         dims = ", ".join(f"{k} {_fmt(v)}" for k, v in row["dimensions"].items())
         overall = "not scored (a dimension lacks answers)" if row["overall"] is None else _fmt(row["overall"])
-        lines.append(f"- jevbench coherence, {row['model']}: overall {overall}; {dims}; {row['requests']} requests, {row['errors']} refused or failed")
+        lines.append(f"- jevbench coherence, {row['model']}: overall {overall}; {dims}; {row['requests']} requests, {row['errors']} refused or failed"
+                     f" (over-long states: {config.get('overflow', 'refuse')})")
     return lines
 
 

@@ -89,6 +89,19 @@ def test_too_long_input_is_refused(backend) -> None:  # type: ignore[no-untyped-
         backend.answer([BackendRequest("word " * 600, tuple(normalize_questions(family_questions("typing")).values()))])
 
 
+def test_truncate_state_policy_answers_an_over_long_state_and_reports_the_cut(tiny_artifact) -> None:  # type: ignore[no-untyped-def]
+    questions = tuple(normalize_questions(family_questions("typing")).values())
+    b = LocalBackend.load(tiny_artifact, runtime="torch", threads=1, overflow="truncate_state")
+    try:
+        (long,), (short,) = b.answer([BackendRequest("word " * 600, questions)]), b.answer([BackendRequest("word " * 10, questions)])
+        assert long.truncated_tokens > 0 and short.truncated_tokens == 0
+        assert all(0.0 <= p[0] <= 1.0 for p in long.probabilities)
+    finally:
+        b.close()
+    with pytest.raises(ValueError, match="overflow"):
+        LocalBackend.load(tiny_artifact, runtime="torch", overflow="drop")
+
+
 def test_255_option_choice_answers_quickly(backend) -> None:  # type: ignore[no-untyped-def]
     criteria = {f"option_{i}": f"the description of option number {i}" for i in range(255)}
     started = time.perf_counter()

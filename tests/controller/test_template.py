@@ -91,6 +91,26 @@ def test_branch_over_512_positions_is_refused() -> None:
         count_input_tokens(_request("short", long_option))
 
 
+def test_truncate_state_cuts_an_over_long_state_to_fit_and_says_how_much() -> None:
+    from controller.template import MAX_POSITIONS, get_tokenizer, tokenize_request
+
+    request = _request("word " * 700, {"q": {"type": "noul", "instructions": "Long?"}, "c": {"type": "choice", "criteria": {"a": "x " * 40, "b": None}}})
+    with pytest.raises(InputTooLongError):
+        tokenize_request(request)
+    out = tokenize_request(request, overflow="truncate_state")
+    assert out.truncated > 0 and out.state[-1] == get_tokenizer().sep_id
+    longest = max(len(q.ids) + max((len(o) for o in q.options), default=0) for q in out.questions)
+    assert len(out.state) + longest == MAX_POSITIONS  # exactly fills the longest branch
+    assert len(out.state) + out.truncated - 2 == len(tokenize_request(_request("word " * 700, {"q": {"type": "noul", "instructions": "Long?"}}),
+                                                                       max_positions=10_000).state) - 2
+    short = tokenize_request(_request("a short state", {"q": {"type": "noul", "instructions": "Long?"}}), overflow="truncate_state")
+    assert short.truncated == 0
+    with pytest.raises(InputTooLongError):  # the question alone leaves too little of the state
+        tokenize_request(_request("word " * 700, {"c": {"type": "choice", "criteria": {"a": "x " * 460, "b": None}}}), overflow="truncate_state")
+    with pytest.raises(ValueError, match="overflow"):
+        tokenize_request(request, overflow="drop")  # type: ignore[arg-type]
+
+
 def test_request_budget_is_enforced() -> None:
     many = {f"q{i}": {"type": "noul", "instructions": f"Is this question number {i} true for the state?"} for i in range(60)}
     request = _request("state", many)

@@ -39,6 +39,7 @@ class FakeBackend:
     delay_s: float = 0.0  # per backend call (not per request): models a batched forward pass
     per_request_s: float = 0.0
     max_state_chars: int | None = None  # longer states raise InputTooLongError
+    truncate_over: int | None = None  # longer states are answered as if cut there (an overflow policy), and say so
     info: ModelInfo = FAKE_INFO
     calls: list[int] = field(default_factory=list)  # batch size of every call
     closed: bool = False
@@ -62,7 +63,8 @@ class FakeBackend:
                 else:
                     assert isinstance(q, ScoreQuestion)
                     probs.append(_softmax([_logit(state, q.instructions, i, d) for i, d in enumerate(q.levels)]))
-            out.append(BackendResult(tuple(probs), input_tokens=len(state) // 4 + 3 * len(r.questions)))
+            cut = max(0, len(state) - self.truncate_over) if self.truncate_over is not None else 0
+            out.append(BackendResult(tuple(probs), input_tokens=len(state) // 4 + 3 * len(r.questions), truncated_tokens=cut))
         return out
 
     def close(self) -> None:

@@ -136,6 +136,16 @@ async def test_over_the_token_budget_is_413_with_a_clear_message(make_app: Any) 
         assert (await client.post("/v1/systemone", json=body(state="short"))).status_code == 200
 
 
+async def test_a_truncating_backend_reports_the_cut_in_a_header(make_app: Any) -> None:
+    from serving.systemone import TRUNCATED_HEADER
+
+    async with serving(make_app(backend=FakeBackend(truncate_over=100))) as client:
+        r = await client.post("/v1/systemone", json=body(state="x" * 500))
+        assert r.status_code == 200 and int(r.headers[TRUNCATED_HEADER]) > 0
+        r = await client.post("/v1/systemone", json=body(state="short"))
+        assert r.status_code == 200 and TRUNCATED_HEADER not in r.headers
+
+
 async def test_the_serving_token_budget_counts_tokens_before_queueing(make_app: Any) -> None:
     backend = FakeBackend()
     async with serving(make_app(backend=backend, token_budget=64)) as client:

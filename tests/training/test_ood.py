@@ -114,6 +114,9 @@ def test_cli_builds_the_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, 
     assert "Out of domain: m" in capsys.readouterr().out
     with pytest.raises(ValueError, match="cardinality"):
         ood.OodConfig(cardinality=1)
+    assert main(["ood", "--controller", "local", "--truncate-state", "--no-jevbench"]) == 0 and seen[2].overflow == "truncate_state"
+    with pytest.raises(ValueError, match="overflow"):
+        ood.OodConfig(controller="heuristic", overflow="truncate_state")
 
 
 def test_a_server_that_cannot_start_is_a_pipeline_error(tmp_path: Path) -> None:
