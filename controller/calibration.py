@@ -182,11 +182,14 @@ def fit_temperatures(
     group_t = {g: fitter.temperature(idx) for g, idx in sorted(by_group.items())}
     levels: dict[str, tuple[float, float]] = {}
     platt: dict[str, bool] = {}  # level -> fitted with a bias
+
+    def keeps_bias(name: str, idx: list[int]) -> bool:  # a Noul bias, where it beats a temperature alone out of fold
+        return bias and name.endswith(":noul") and (folds is None or fitter.beats(idx, idx, True, False, folds))
+
     for name, idx in sorted(by_family.items()):
         if len(idx) < min_family_examples:
             continue
-        platt[name] = bias and name.endswith(":noul") and (
-            folds is None or fitter.beats(idx, idx, True, False, folds))
+        platt[name] = keeps_bias(name, idx)
         levels[name] = fitter.params(idx, platt[name])
     for name, idx in sorted(by_question.items()):
         if len(idx) < min_question_examples:
@@ -194,7 +197,7 @@ def fit_temperatures(
         key, _, group = name.partition(":")
         parent = f"{key.partition('.')[0]}:{group}"
         parent_idx, parent_platt = (by_family[parent], platt[parent]) if parent in levels else (by_group[group], False)
-        own = bias and group == "noul" and (folds is None or fitter.beats(idx, idx, True, False, folds))
+        own = keeps_bias(name, idx)
         if folds is None or fitter.beats(idx, parent_idx, own, parent_platt, folds):
             platt[name] = own
             levels[name] = fitter.params(idx, own)

@@ -45,13 +45,14 @@ def compare(calibration: Sequence[Prediction], sampled: Sequence[Prediction], he
     from training.calibrate import calibration_inputs, source_folds
     from training.evaluate import compute_metrics
     from training.predict import probabilities
+    from training.report import ECE_MIN_EXAMPLES, ece_passes
 
     out: dict[str, dict[str, Any]] = {}
     for name, spec in variants.items():
         fit_on = at_level(sampled if spec["states"] else calibration, spec["level"])
         logits, targets, groups = calibration_inputs(fit_on)
         cal = fit_temperatures(logits, targets, groups, families=[p.label.catalogue for p in fit_on], bias=spec["bias"],
-                               folds=source_folds(fit_on), min_question_examples=150 if spec["level"] == "question" else 10**9)
+                               folds=source_folds(fit_on))
         held = at_level(heldout, spec["level"])
         raw, calibrated = probabilities(held), probabilities(held, cal)
         families: dict[str, list[int]] = {"all": list(range(len(held)))}
@@ -63,7 +64,7 @@ def compare(calibration: Sequence[Prediction], sampled: Sequence[Prediction], he
             before = compute_metrics(kinds, [raw[i] for i in idx], targets_)
             after = compute_metrics(kinds, [calibrated[i] for i in idx], targets_)
             table[family] = {"n": len(idx), "nll_raw": round(before.nll, 4), "nll": round(after.nll, 4), "ece_raw": round(before.ece, 4),
-                             "ece": round(after.ece, 4), "meets": len(idx) < 200 or (after.ece <= 0.05 and after.ece <= before.ece)}
+                             "ece": round(after.ece, 4), "meets": len(idx) < ECE_MIN_EXAMPLES or ece_passes(before.ece, after.ece)}
         out[name] = {"spec": spec, "heldout": table, "levels": sorted(cal.family_temperatures), "biases": sorted(cal.family_biases)}
     return out
 
@@ -92,7 +93,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from training.pipeline import PipelineConfig, load_model, split_examples, tokenizer
+    from training.pipeline import PipelineConfig, heldout_examples, load_model, split_examples, tokenizer
     from training.predict import predict
     from training.sampling import cap_states, prepare_requests
 
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     full = logits(calibration_examples)
     sampled_ids = {e.id for e in cap_states(calibration_examples, 300, seed=cfg.fit.seed, by_source=False)}
     sampled = [p for p in full if p.label.example_id in sampled_ids]
-    held = logits([e for split in ("dev", "test") if (cfg.data / f"{split}.jsonl").exists() for e in split_examples(cfg, split)])
+    held = logits(heldout_examples(cfg))
     result = compare(full, sampled, held)
     print(compare_table(result))
     if args.out:

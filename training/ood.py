@@ -49,7 +49,9 @@ class OodConfig:
     start_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
-        if self.overflow not in ("refuse", "truncate_state") or (self.overflow != "refuse" and self.controller != "local"):
+        from controller.template import OVERFLOW_POLICIES
+
+        if self.overflow not in OVERFLOW_POLICIES or (self.overflow != "refuse" and self.controller != "local"):
             raise ValueError(f"overflow must be 'refuse', or 'truncate_state' with the local controller, got {self.overflow!r}")
         if self.items < 1 or not 2 <= self.cardinality <= 255:
             raise ValueError(f"need items >= 1 and 2 <= cardinality <= 255, got {self.items}, {self.cardinality}")

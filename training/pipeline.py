@@ -81,6 +81,11 @@ def split_examples(cfg: PipelineConfig, split: str) -> list[Any]:
     return load_examples(cfg.data, split)
 
 
+def heldout_examples(cfg: PipelineConfig) -> list[Any]:
+    """Every held-out example: the dev split (LoCoMo dev pair) and the test split (synthetic test shard)."""
+    return [e for split in ("dev", "test") if (cfg.data / f"{split}.jsonl").exists() for e in split_examples(cfg, split)]
+
+
 def tokenizer(cfg: PipelineConfig) -> Any:
     """The template tokenizer of the run's base model."""
     from controller.template import get_tokenizer
@@ -157,8 +162,7 @@ def stage_evaluate(cfg: PipelineConfig) -> dict[str, Any]:
     torch.set_num_threads(cfg.fit.threads)
     loaded = load_model(cfg)
     tok = tokenizer(cfg)
-    held = [e for split in ("dev", "test") if (cfg.data / f"{split}.jsonl").exists() for e in split_examples(cfg, split)]
-    held = cap_states(held, cfg.eval_states, seed=cfg.fit.seed)
+    held = cap_states(heldout_examples(cfg), cfg.eval_states, seed=cfg.fit.seed)
     if not held:
         raise PipelineError(f"no held-out examples (dev.jsonl / test.jsonl) under {cfg.data}")
     requests, _ = prepare_requests(held, tok, max_questions=cfg.max_questions)
