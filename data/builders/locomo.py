@@ -18,6 +18,12 @@ RELEVANCE (state {"query", "memory"}; questions of categories 1-4 with evidence;
   relevant 0 (both weight 0.5). Noisy: a shared word is a weak sign of a useful stepping stone, and 7.6%
   of these turns contain the answer string (likely unlabelled evidence). Every other negative has
   bridge 0 (weight 0.5).
+- swapped queries (train split only, `query_swaps` per gold turn): the gold turn under another answerable
+  question of the same conversation whose gold turns are not within `adjacency` of it -> relevant 0 (no
+  bridge label). The first is that question nearest the turn by dense cosine (BM25 without vectors), the rest
+  random. Every gold turn is then both a positive and a negative, so a judgment of the turn alone (long,
+  informative turns look relevant to anything) no longer pays; the pair has to be read. Noise: a nearby
+  question can be answered by the turn without citing it.
 STOPPING (state {"query", "evidence", "depth"}; evidence items `[date] Speaker: text`, shuffled)
 - all gold turns + BM25 distractors -> evidence_sufficient 1, continue_useful 0, missing_evidence 0.
 - some or all gold missing -> 0 / 1 / 1 (missing_evidence weight 0.7: the query's subject is often still
@@ -81,6 +87,7 @@ class LocomoRules:
     dense_negatives: int = 2  # top dense non-gold turns per question (not already taken)
     random_negatives: int = 2
     bridges: int = 2  # bridge candidates per question
+    query_swaps: int = 2  # train split only: each gold turn paired with other questions of its conversation -> relevant 0
     adjacency: int = 1  # turns this close to a gold turn are never negatives
     stopping_max_items: int = 5
     stopping_insufficient: int = 2  # insufficient evidence sets per question

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from data.builders.locomo import ConversationIndex, LocomoRules, turn_text
+from data.builders.text import content_tokens
 from data.locomo import Question
 from data.synthetic.emit import Emitter
 
@@ -69,6 +70,33 @@ def relevance_examples(ix: ConversationIndex, emit: Emitter, rules: LocomoRules)
             bridge = int(i in bridge_set)
             emit.emit("relevance", {"query": q.question, "memory": turn_text(ix.turns[i])}, {"relevant": 0, "bridge": bridge},
                       weights={"bridge": 0.5}, notes=f"locomo:{kind}")
+    if rules.query_swaps and emit.split == "train":
+        swapped_query_examples(ix, emit, rules, random.Random(f"{rules.seed}:{ix.conv.sample_id}:swap"))
+
+
+def swapped_query_examples(ix: ConversationIndex, emit: Emitter, rules: LocomoRules, rng: random.Random) -> None:
+    """Gold turns under other questions of the conversation (rule and noise: `data.builders.locomo`)."""
+    questions = [(q, _gold(ix, q)) for q in ix.conv.questions if q.category in ANSWERABLE]
+    questions = [(q, gold, _blocked(gold, rules.adjacency, len(ix.turns))) for q, gold in questions if gold]
+    for q, gold, _ in questions:
+        for g in gold:
+            others = [o for o, _, blocked in questions if o.question != q.question and g not in blocked]
+            if not others:
+                continue
+            chosen = [_nearest_question(ix, g, others)]
+            rest = [o for o in others if o is not chosen[0]]
+            chosen += rng.sample(rest, min(rules.query_swaps - 1, len(rest)))
+            for o in chosen[: rules.query_swaps]:
+                emit.emit("relevance", {"query": o.question, "memory": turn_text(ix.turns[g])}, {"relevant": 0}, notes="locomo:swap")
+
+
+def _nearest_question(ix: ConversationIndex, turn: int, questions: list[Question]) -> Question:
+    """The question closest to a turn: dense cosine when the index has vectors, else BM25 of the turn's text."""
+    if ix.turn_vectors is not None and all(q.qid in ix.query_vectors for q in questions):
+        v = ix.turn_vectors[turn]
+        return max(questions, key=lambda q: (float(ix.query_vectors[q.qid] @ v), q.qid))
+    tokens = ix.tokens[turn]
+    return max(questions, key=lambda q: (len(tokens & content_tokens(q.question, ix.stop)), q.qid))
 
 
 def stopping_examples(ix: ConversationIndex, emit: Emitter, rules: LocomoRules) -> None:

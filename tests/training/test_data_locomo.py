@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import json
 import random
 import re
@@ -106,6 +108,32 @@ def test_relevance_gold_is_positive_and_negatives_avoid_gold(locomo: tuple) -> N
     assert sum(e.target == 0.0 for e in rel) >= 4
     bridges = [e for e in _by(examples, "relevance", "bridge") if e.state["query"] == q.question and e.notes == "locomo:gold"]
     assert bridges and all(e.target == 1.0 for e in bridges)  # two gold turns: each a step toward the other
+
+
+def test_swapped_queries_pair_gold_turns_with_other_questions_in_train_only(locomo: tuple) -> None:
+    conversations, examples = locomo
+    swaps = [e for e in examples if e.notes == "locomo:swap"]
+    assert swaps and {e.split for e in swaps} == {"train"}
+    assert all(e.question_name == "relevant" and e.target == 0.0 for e in swaps)
+    assert not [e for e in examples if e.notes == "locomo:swap" and e.question_name == "bridge"]
+    conv = conversations[2]  # conv-41, the train conversation
+    texts = {t.dia_id: t.memory_text() for t in conv.turns}
+    position = {t.dia_id: i for i, t in enumerate(conv.turns)}
+    near = {q.question: {texts[t.dia_id] for t in conv.turns for d in q.evidence if abs(position[t.dia_id] - position[d]) <= 1}
+            for q in conv.questions if q.evidence}
+    gold_texts = {texts[d] for q in conv.questions if q.category in (1, 2, 3, 4) for d in q.evidence}
+    for e in swaps:
+        assert e.state["memory"] in gold_texts  # a gold turn of some question
+        assert e.state["memory"] not in near[e.state["query"]]  # never near the gold of the question it is shown with
+    per_turn = Counter(e.state["memory"] for e in swaps)
+    gold_count = Counter(texts[d] for q in conv.questions if q.category in (1, 2, 3, 4) for d in q.evidence)
+    assert all(per_turn[m] <= LocomoRules().query_swaps * gold_count[m] for m in per_turn)
+
+
+def test_swapped_queries_can_be_turned_off(locomo: tuple) -> None:
+    conversations, _ = locomo
+    examples = build_locomo(conversations, SplitPlan(), rules=LocomoRules(pairs_random=30, pairs_same_session=20, query_swaps=0))
+    assert not [e for e in examples if e.notes == "locomo:swap"]
 
 
 def test_adversarial_and_evidence_free_questions_get_no_relevance(locomo: tuple) -> None:
