@@ -8,7 +8,7 @@ import pytest
 from controller.embedding import HashingEmbedder
 from data.schema import DecisionExample
 from training.predict import Prediction
-from training.relevance_report import relevance_by_negative, relevance_table
+from training.relevance_report import relevance_by_negative, relevance_table, same_memory_share
 from training.sampling import Label
 
 
@@ -32,13 +32,28 @@ def test_each_negative_kind_gets_its_own_auroc_for_model_and_cosine() -> None:
     ]
     examples, preds = [c[0] for c in cases], [c[1] for c in cases]
     table = relevance_by_negative(preds, examples, HashingEmbedder())
-    assert set(table) == {"all", "locomo:bm25", "locomo:random", "per_query"}
+    assert set(table) == {"all", "locomo:bm25", "locomo:random", "per_query", "same_memory"}
     assert table["locomo:random"]["model"] == 1.0 and table["locomo:random"]["negatives"] == 2
     assert table["locomo:bm25"]["model"] == pytest.approx(0.5)  # 2 of the 4 positive/negative pairs are ordered right
     assert table["all"]["positives"] == 2 and table["all"]["negatives"] == 4
     assert table["per_query"]["queries"] == 2 and table["per_query"]["model"] == pytest.approx(0.75)  # (0.5 + 1.0) / 2
-    assert all(0.0 <= row["cosine"] <= 1.0 for row in table.values())
+    assert all(0.0 <= row["cosine"] <= 1.0 for kind, row in table.items() if kind != "same_memory")
+    assert table["locomo:random"]["length"] == 1.0  # the gold memories are longer than the random ones
+    assert table["same_memory"] == {"memories": 0, "pairs": 0, "within_share": None}
     assert relevance_by_negative(preds, examples)["all"]["cosine"] is None
     assert relevance_by_negative(preds[6:], examples[6:]) == {}
     md = relevance_table(table)
-    assert "| locomo:bm25 | 2 | 2 | 0.500 |" in md and "per_query (2 queries)" in md
+    assert "| locomo:bm25 | 2 | 2 | 0.500 |" in md and "per_query (2 queries)" in md and "Same memory" not in md
+
+
+def test_same_memory_share_separates_query_blind_from_query_driven_scores() -> None:
+    memories = ["a", "a", "b", "b", "c"]
+    blind = same_memory_share(np.array([2.0, 2.0, -1.0, -1.0, 5.0]), memories)
+    assert blind == {"memories": 2, "pairs": 4, "within_share": 0.0}
+    driven = same_memory_share(np.array([2.0, -2.0, 1.0, -1.0, 0.0]), memories)
+    assert driven["within_share"] == pytest.approx(1.0)  # each memory's mean is the pooled mean: all variance is within
+    cases = [_case(0, "q1", "shared turn", 1.0, "locomo:gold", 2.0), _case(1, "q2", "shared turn", 0.0, "locomo:random", 1.0),
+             _case(2, "q1", "other", 0.0, "locomo:bm25", 0.0)]
+    table = relevance_by_negative([c[1] for c in cases], [c[0] for c in cases])
+    assert table["same_memory"]["memories"] == 1 and table["same_memory"]["within_share"] == pytest.approx(1.0)
+    assert "Same memory under different queries (1 memories, 2 pairs): 1.000" in relevance_table(table)
