@@ -111,7 +111,9 @@ def test_relevance_gold_is_positive_and_negatives_avoid_gold(locomo: tuple) -> N
 
 
 def test_swapped_queries_pair_gold_turns_with_other_questions_in_train_only(locomo: tuple) -> None:
-    conversations, examples = locomo
+    conversations, _ = locomo
+    rules = LocomoRules(pairs_random=30, pairs_same_session=20, query_swaps=2)
+    examples = build_locomo(conversations, SplitPlan(), rules=rules)
     swaps = [e for e in examples if e.notes == "locomo:swap"]
     assert swaps and {e.split for e in swaps} == {"train"}
     assert all(e.question_name == "relevant" and e.target == 0.0 for e in swaps)
@@ -127,13 +129,14 @@ def test_swapped_queries_pair_gold_turns_with_other_questions_in_train_only(loco
         assert e.state["memory"] not in near[e.state["query"]]  # never near the gold of the question it is shown with
     per_turn = Counter(e.state["memory"] for e in swaps)
     gold_count = Counter(texts[d] for q in conv.questions if q.category in (1, 2, 3, 4) for d in q.evidence)
-    assert all(per_turn[m] <= LocomoRules().query_swaps * gold_count[m] for m in per_turn)
+    assert all(per_turn[m] <= rules.query_swaps * gold_count[m] for m in per_turn)
+    without = {e.id for e in examples if e.notes != "locomo:swap"}
+    assert without == {e.id for e in build_locomo(conversations, SplitPlan(), rules=LocomoRules(pairs_random=30, pairs_same_session=20))}
 
 
-def test_swapped_queries_can_be_turned_off(locomo: tuple) -> None:
-    conversations, _ = locomo
-    examples = build_locomo(conversations, SplitPlan(), rules=LocomoRules(pairs_random=30, pairs_same_session=20, query_swaps=0))
-    assert not [e for e in examples if e.notes == "locomo:swap"]
+def test_swapped_queries_are_off_by_default(locomo: tuple) -> None:
+    _, examples = locomo
+    assert LocomoRules().query_swaps == 0 and not [e for e in examples if e.notes == "locomo:swap"]
 
 
 def test_adversarial_and_evidence_free_questions_get_no_relevance(locomo: tuple) -> None:
