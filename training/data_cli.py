@@ -16,6 +16,7 @@ from typing import Any
 
 from data.builders import BuildConfig, build_dataset, format_questions, format_table, write_build
 from data.builders.dataset import DENSE_CHOICES
+from data.builders.locomo import LocomoRules
 from data.splits import SplitPlan
 
 
@@ -27,6 +28,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--synthetic-per-family", type=int, default=1500, help="synthetic states per family (the pair family's four generators make 2.25x this)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dense", choices=DENSE_CHOICES, default="minilm", help="embedder for dense hard negatives")
+    p.add_argument("--query-swaps", type=int, default=0, help="LoCoMo swapped-query relevance negatives per gold turn (train split only)")
     p.add_argument("--calibration-conversations", default="conv-44",
                    help="comma-separated LoCoMo sample ids held out for calibration (empty: none)")
     p.add_argument("--questions", action="store_true", help="also print the per-question label balance of the train split")
@@ -66,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     calibration = tuple(f"locomo:{c.strip()}" for c in args.calibration_conversations.split(",") if c.strip())
     config = BuildConfig(
         locomo=args.locomo, audit=args.audit, synthetic_per_family=args.synthetic_per_family, seed=args.seed,
-        dense=args.dense, plan=SplitPlan(calibration_groups=calibration),
+        dense=args.dense, plan=SplitPlan(calibration_groups=calibration), rules=LocomoRules(query_swaps=args.query_swaps),
     )
     result = build_dataset(config)
     counts = write_build(result, args.out)

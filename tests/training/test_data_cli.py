@@ -32,6 +32,10 @@ def test_build_data_writes_splits_and_summary(tmp_path: Path, capsys: pytest.Cap
     first = (out / "train.jsonl").read_bytes()
     assert main(argv) == 0  # same seed, same bytes
     assert (out / "train.jsonl").read_bytes() == first
+    assert summary["config"]["rules"]["query_swaps"] == 0 and '"locomo:swap"' not in first.decode()
+    assert main([*argv, "--query-swaps", "2"]) == 0
+    assert json.loads((out / "summary.json").read_text())["config"]["rules"]["query_swaps"] == 2
+    assert '"locomo:swap"' in (out / "train.jsonl").read_text()
 
 
 def test_build_data_without_locomo_and_without_calibration_conversation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

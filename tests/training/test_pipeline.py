@@ -106,6 +106,7 @@ def test_cli_keeps_build_data_and_adds_the_stages() -> None:
     args = parser.parse_args(["all", "--steps", "7", "--threads", "1", "--locomo", "x.json", "--eval-states", "5", "--skip-data"])
     cfg = config_from_args(args)
     assert cfg.fit.steps == 7 and cfg.fit.threads == 1 and cfg.locomo == "x.json" and cfg.eval_states == 5 and args.skip_data
+    assert cfg.query_swaps == 0 and config_from_args(parser.parse_args(["all", "--query-swaps", "2"])).query_swaps == 2
     args = parser.parse_args(["fit", "--resume", "--lr", "0.001"])
     assert args.resume and config_from_args(args).fit.lr == 0.001
 
