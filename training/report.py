@@ -226,7 +226,9 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         "- Typing, causal and entity-equivalence judgments are learnt from synthetic data only.",
         "- The catalogue has no Score questions, so the Score head is untrained beyond its initialisation on this data.",
         "- The state is encoded without seeing the question (packed encoding); see the N-pair comparison above.",
-        "- English only; inputs over 512 positions per branch are refused, never truncated.",
+        *measured_limits(metrics),
+        "- English only; inputs over 512 positions per branch are refused by default (the opt-in `truncate_state` "
+        "overflow policy cuts the state instead and reports the cut).",
         "",
         "Full figures: `metrics.json` (per question, per split, robustness, stage wall-clock); reliability diagrams: "
         "`reliability.png`, written here by the evaluate stage (not committed).",
@@ -257,4 +259,25 @@ def _split_counts(data: dict[str, Any]) -> str:
     text = ", ".join(f"{k} {counts[k]}" for k in order) or "not recorded"
     dropped = sum((data.get("dropped_for_leakage") or {}).values())
     return f"{text} (after dropping {dropped} for leakage)" if dropped else text
+
+
+CHANCE_AUROC = 0.6  # a held-out AUROC below this is reported as a limit: the answers barely depend on the state
+
+
+def measured_limits(metrics: dict[str, Any]) -> list[str]:
+    """Limits read off this model's own held-out figures: questions answered near chance, and relevance
+    judgments that hardly depend on the query."""
+    lines = []
+    per_q = metrics.get("heldout", {}).get("per_question", {})
+    weak = sorted((name, row["raw"]["auroc"]) for name, row in per_q.items()
+                  if ":" not in name and row.get("raw", {}).get("auroc") is not None and row["raw"]["auroc"] < CHANCE_AUROC)
+    if weak:
+        listed = ", ".join(f"{name} {value:.2f}" for name, value in weak)
+        lines.append(f"- Held-out AUROC below {CHANCE_AUROC} (near chance): {listed}. Engines should not act on these answers "
+                     "(for the stopping questions: `ask_stop=False`, or thresholds the calibrated answers never reach).")
+    same = metrics.get("relevance_by_negative", {}).get("same_memory", {})
+    if same.get("within_share") is not None:
+        lines.append(f"- Candidate relevance depends on the query only in part: for LoCoMo memories judged under several queries, "
+                     f"{same['within_share']:.2f} of the logit's variance lies within a memory (0 would mean the memory alone decides).")
+    return lines
 

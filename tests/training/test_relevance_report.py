@@ -57,3 +57,19 @@ def test_same_memory_share_separates_query_blind_from_query_driven_scores() -> N
     table = relevance_by_negative([c[1] for c in cases], [c[0] for c in cases])
     assert table["same_memory"]["memories"] == 1 and table["same_memory"]["within_share"] == pytest.approx(1.0)
     assert "Same memory under different queries (1 memories, 2 pairs): 1.000" in relevance_table(table)
+
+
+def test_measured_limits_name_questions_near_chance_and_query_blind_relevance() -> None:
+    from training.report import measured_limits
+
+    def row(value: float | None) -> dict:
+        return {"raw": {"auroc": value}}
+
+    metrics = {"heldout": {"per_question": {"stopping/evidence_sufficient": row(0.53), "locomo:stopping/continue_useful": row(0.4),
+                                            "routing/temporal": row(0.95), "pair/temporal": row(None)}},
+               "relevance_by_negative": {"same_memory": {"memories": 3, "pairs": 7, "within_share": 0.088}}}
+    lines = measured_limits(metrics)
+    assert len(lines) == 2
+    assert "stopping/evidence_sufficient 0.53" in lines[0] and "routing" not in lines[0] and "locomo:" not in lines[0]
+    assert "0.09 of the logit's variance" in lines[1]
+    assert measured_limits({}) == []
