@@ -272,7 +272,7 @@ def measured_limits(metrics: dict[str, Any]) -> list[str]:
     weak = sorted((name, row["raw"]["auroc"]) for name, row in per_q.items()
                   if ":" not in name and row.get("raw", {}).get("auroc") is not None and row["raw"]["auroc"] < CHANCE_AUROC)
     if weak:
-        listed = ", ".join(f"{name} {value:.2f}" for name, value in weak)
+        listed = ", ".join(f"{name} {value:.3f}" for name, value in weak)
         lines.append(f"- Held-out AUROC below {CHANCE_AUROC} (near chance): {listed}. Engines should not act on these answers "
                      "(for the stopping questions: `ask_stop=False`, or thresholds the calibrated answers never reach).")
     same = metrics.get("relevance_by_negative", {}).get("same_memory", {})

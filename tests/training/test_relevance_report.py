@@ -70,6 +70,6 @@ def test_measured_limits_name_questions_near_chance_and_query_blind_relevance() 
                "relevance_by_negative": {"same_memory": {"memories": 3, "pairs": 7, "within_share": 0.088}}}
     lines = measured_limits(metrics)
     assert len(lines) == 2
-    assert "stopping/evidence_sufficient 0.53" in lines[0] and "routing" not in lines[0] and "locomo:" not in lines[0]
+    assert "stopping/evidence_sufficient 0.530" in lines[0] and "routing" not in lines[0] and "locomo:" not in lines[0]
     assert "0.09 of the logit's variance" in lines[1]
     assert measured_limits({}) == []
