@@ -86,7 +86,7 @@ def swapped_query_examples(ix: ConversationIndex, emit: Emitter, rules: LocomoRu
             chosen = [_nearest_question(ix, g, others)]
             rest = [o for o in others if o is not chosen[0]]
             chosen += rng.sample(rest, min(rules.query_swaps - 1, len(rest)))
-            for o in chosen[: rules.query_swaps]:
+            for o in chosen:
                 emit.emit("relevance", {"query": o.question, "memory": turn_text(ix.turns[g])}, {"relevant": 0}, notes="locomo:swap")
 
 
