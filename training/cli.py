@@ -18,10 +18,10 @@ from dataclasses import fields
 from typing import Any
 
 from training.pipeline import STAGES, PipelineConfig, run_all, run_stage
-from training.trainer import FitConfig
+from training.trainer import DROPOUT_KINDS, FitConfig
 
 _FIT_FLAGS = ("steps", "tokens_per_step", "max_batch_tokens", "lr", "head_lr", "weight_decay", "warmup", "grad_clip", "family_power", "family_boost",
-              "npair_fraction", "attention_dropout", "lora_r", "lora_alpha", "lora_dropout", "seed", "threads", "checkpoint_every", "max_minutes")
+              "npair_fraction", "attention_dropout", "dropout", "lora_r", "lora_alpha", "lora_dropout", "seed", "threads", "checkpoint_every", "max_minutes")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -33,7 +33,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     defaults = FitConfig()
     for name in _FIT_FLAGS:
         value = getattr(defaults, name)
-        p.add_argument("--" + name.replace("_", "-"), type=type(value), default=value, help=f"fit: {name} (default {value})")
+        choices = DROPOUT_KINDS if name == "dropout" else None
+        p.add_argument("--" + name.replace("_", "-"), type=type(value), default=value, choices=choices, help=f"fit: {name} (default {value})")
     p.add_argument("--noul-as-choice-rate", type=float, default=PipelineConfig.noul_as_choice_rate)
     p.add_argument("--calibration-states", type=int, default=PipelineConfig.calibration_states, help="calibration states per family (0: all)")
     p.add_argument("--eval-states", type=int, default=PipelineConfig.eval_states, help="held-out states per source and family (0: all)")

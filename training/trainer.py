@@ -28,6 +28,8 @@ from training.sampling import BalancedSampler, LabeledRequest, collate, label_te
 
 log = logging.getLogger(__name__)
 
+DROPOUT_KINDS = ("fast", "torch")
+
 
 @dataclass(frozen=True)
 class FitConfig:
@@ -43,6 +45,7 @@ class FitConfig:
     lora_alpha: int = 16
     lora_dropout: float = 0.1
     attention_dropout: float = 0.0  # attention-probability dropout while training; on CPU it costs ~40% of a step
+    dropout: str = "fast"  # hidden and LoRA dropout masks: "fast" (training.dropout, same distribution) or "torch" (nn.Dropout)
     family_power: float = 0.5  # family-balanced sampling (see BalancedSampler)
     family_boost: str = ""  # extra share factors, "relevance=1.7,pair=1.2" (see BalancedSampler and boost_factors)
     npair_fraction: float = 0.1  # share of requests trained as N-pair rows (same weights), for the comparison
@@ -67,6 +70,8 @@ class FitConfig:
         if self.weight_decay < 0 or self.rps_weight < 0 or self.max_minutes < 0:
             raise ValueError("weight_decay, rps_weight and max_minutes must be >= 0")
         boost_factors(self.family_boost)  # raises ValueError on a malformed spec
+        if self.dropout not in DROPOUT_KINDS:
+            raise ValueError(f"FitConfig.dropout must be one of {', '.join(DROPOUT_KINDS)}, got {self.dropout!r}")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,6 +86,8 @@ class FitConfig:
         keep = {k: v for k, v in asdict(self).items() if k not in ("threads", "checkpoint_every", "keep_checkpoints", "max_minutes")}
         if not keep["family_boost"]:  # added later: runs without a boost keep the fingerprint they had
             del keep["family_boost"]
+        if keep["dropout"] == "torch":  # added later: runs from before it keep their fingerprint
+            del keep["dropout"]
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -126,10 +133,15 @@ def lr_factor(step: int, config: FitConfig) -> float:
 
 
 def prepare_model(model: Any, config: FitConfig) -> Any:
-    """Add the LoRA adapter (r, alpha, dropout on query/key/value/dense); heads stay fully trainable."""
+    """Add the LoRA adapter (r, alpha, dropout on query/key/value/dense); heads stay fully trainable.
+    With `dropout="fast"` every dropout module then draws cheap masks (`training.dropout`)."""
     from controller.artifacts import add_lora
 
     model = add_lora(model, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout)
+    if config.dropout == "fast":
+        from training.dropout import use_fast_dropout
+
+        use_fast_dropout(model)
     for p in model.heads.parameters():
         p.requires_grad_(True)
     return model
