@@ -61,10 +61,10 @@ def test_swap_replaces_every_active_dropout_and_keeps_inference(_tiny_model) -> 
     swapped = prepare_model(copy.deepcopy(_tiny_model), FitConfig(lora_dropout=0.1))  # "fast" is the default
     assert sum(isinstance(m, FastDropout) for m in swapped.modules()) == len(before)
     n, length = 2, 12
-    batch = dict(input_ids=torch.randint(1000, 2000, (n, length)), token_type_ids=torch.zeros(n, length, dtype=torch.long),
-                 position_ids=torch.arange(length).repeat(n, 1), question_ids=torch.zeros(n, length, dtype=torch.long),
-                 option_ids=torch.zeros(n, length, dtype=torch.long), marker_positions=torch.full((n, 1), length - 1),
-                 marker_kinds=torch.zeros(n, 1, dtype=torch.long))
+    batch = {"input_ids": torch.randint(1000, 2000, (n, length)), "token_type_ids": torch.zeros(n, length, dtype=torch.long),
+                 "position_ids": torch.arange(length).repeat(n, 1), "question_ids": torch.zeros(n, length, dtype=torch.long),
+                 "option_ids": torch.zeros(n, length, dtype=torch.long), "marker_positions": torch.full((n, 1), length - 1),
+                 "marker_kinds": torch.zeros(n, 1, dtype=torch.long)}
     plain.eval(), fast.eval()
     with torch.no_grad():
         assert torch.equal(plain(**batch), fast(**batch))
