@@ -33,7 +33,7 @@ DROPOUT_KINDS = ("fast", "torch")
 
 @dataclass(frozen=True)
 class FitConfig:
-    steps: int = 900  # ~2.7M packed tokens: about 45 minutes on 2 uncontended cores (make train)
+    steps: int = 900  # ~2.7M packed tokens; `make train` uses 700 (1,000 did not help relevance: README)
     tokens_per_step: int = 3000  # packed (unpadded) tokens drawn per optimizer step (~45 labels)
     max_batch_tokens: int = 8192  # padded tokens per micro-batch (gradients accumulate over a step)
     lr: float = 1e-3  # LoRA parameters
