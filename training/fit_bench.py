@@ -1,7 +1,7 @@
 """Seconds per fit step, two fit configurations against each other in the same run.
 
     python -m training.fit_bench --data-dir runs/jevmem-minilm/data --steps 12 --rounds 3
-    python -m training.fit_bench --variants '{"torch": {"dropout": "torch"}, "fast": {}}'   # the default pair
+    python -m training.fit_bench --variants '{"as is": {}, "rank 16": {"lora_r": 16}}'   # any FitConfig fields
 
 Each round fits every variant for `--steps` steps from the same base weights and seed, in turn (so drift
 on a shared machine touches all of them); the first `--warm` steps of each fit are not timed. The table
@@ -61,8 +61,8 @@ def run(variants: dict[str, dict[str, Any]], *, data_dir: str = "", steps: int =
     rounds_s: dict[str, list[float]] = {name: [] for name in configs}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
-            for name, config in configs.items():
-                run_dir = Path(tmp) / f"{r}-{len(per_step[name])}"
+            for v, (name, config) in enumerate(configs.items()):
+                run_dir = Path(tmp) / f"round{r}-variant{v}"
                 fit(copy.deepcopy(base), requests, config, run_dir, progress=False)
                 timed = read_log(run_dir / "train_log.jsonl")[warm:]
                 seconds = [e["seconds"] for e in timed]
