@@ -210,13 +210,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     controllers = args.controller or ["heuristic"]
     systems = [s.strip() for s in args.systems.split(",") if s.strip()] if args.systems else \
         ["bm25", "dense", "rrf", *(f"jevmem-{c}" for c in controllers)]
+    if args.reference is not None and args.reference not in systems:
+        raise UsageError(f"--reference {args.reference} is not among the systems run: {', '.join(systems)}")
     convs = _eval_conversations(args)
     config = EvalConfig(
         systems=tuple(systems), date_style=args.date_style, baseline_embedder=args.baseline_embedder,
         engine_embedder=args.embedder, engine_config=args.config, store=args.store, query_k=args.k,
         bootstrap_draws=args.bootstrap, seed=args.seed, write_quality=not args.no_write_quality, cache=not args.no_cache,
         engine_cache=args.engine_cache, threads=args.threads, max_turns=args.max_turns, model_dir=args.model_dir,
-        spinning=not args.no_spin,
+        spinning=not args.no_spin, reference_system=args.reference or "rrf",
     )
     report = run_locomo(convs, config, progress=_eval_progress)
     if args.out:
@@ -330,6 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", choices=("memory", "sqlite"), default="memory", help="fresh store per conversation")
     p.add_argument("--date-style", default="locomo", help="date prefix of the baselines' turn texts")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap draws (default 1000)")
+    p.add_argument("--reference", default=None, help="paired differences are taken against this system (default rrf, when run)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-write-quality", action="store_true", help="skip candidate / edge recall")
     p.add_argument("--no-cache", action="store_true", help="no on-disk embedding cache for the dense baseline")

@@ -133,6 +133,13 @@ def test_eval_locomo_writes_reports(tmp_path: Path, capsys: pytest.CaptureFixtur
     report = json.loads((out_dir / "report.json").read_text())
     assert report["conversations"] == ["conv-26"] and report["questions"] == 5
     assert (out_dir / "report.md").exists() and (out_dir / "questions.jsonl").exists()
+    code, out, err = run(
+        capsys, "eval", "locomo", "--data", str(data), "--audit", str(audit), "--conversations", "conv-26", "--systems", "rrf,jevmem-heuristic",
+        "--reference", "jevmem-heuristic", "--embedder", "hashing", "--baseline-embedder", "hashing", "--bootstrap", "20",
+    )
+    assert code == 0, err
+    paired = out.split("## Paired difference: system minus jevmem-heuristic")[1].split("##")[0]
+    assert "| rrf |" in paired and "| jevmem-heuristic |" not in paired
 
 
 @pytest.mark.parametrize(
@@ -141,6 +148,7 @@ def test_eval_locomo_writes_reports(tmp_path: Path, capsys: pytest.CaptureFixtur
         (["--systems", "bm25", "--controller", "local"], "either --systems or --controller"),
         (["--systems", "bm25,graph"], "unknown system"),
         (["--conversations", "conv-99"], "not in"),
+        (["--systems", "bm25", "--reference", "rrf"], "not among the systems run"),
     ],
 )
 def test_eval_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
