@@ -59,6 +59,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--dense", default=PipelineConfig.dense, choices=("minilm", "hashing", "none"))
     p.add_argument("--query-swaps", type=int, default=PipelineConfig.query_swaps,
                    help="LoCoMo swapped-query relevance negatives per gold turn (train split; default off, see data/README.md)")
+    p.add_argument("--observation-queries", type=int, default=PipelineConfig.observation_queries,
+                   help="LoCoMo observation facts per conversation used as relevance queries (train split; see data/README.md)")
     p.add_argument("--skip-data", action="store_true", help="reuse the data already under --data-dir")
     p.add_argument("--resume", action="store_true", help="resume the fit stage from its latest checkpoint")
     p.set_defaults(handler=run, stage="all")
@@ -67,7 +69,7 @@ def add_parser(sub: Any) -> None:
 def config_from_args(args: argparse.Namespace) -> PipelineConfig:
     fit = FitConfig(**{name: getattr(args, name) for name in _FIT_FLAGS})
     known = {f.name for f in fields(PipelineConfig)}
-    extra = {k: getattr(args, k) for k in ("locomo", "audit", "synthetic_per_family", "dense", "query_swaps") if hasattr(args, k) and k in known}
+    extra = {k: getattr(args, k) for k in ("locomo", "audit", "synthetic_per_family", "dense", "query_swaps", "observation_queries") if hasattr(args, k) and k in known}
     command = "python -m training " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "make train"
     return PipelineConfig(
         run_dir=args.run_dir, model_dir=args.model_dir, data_dir=args.data_dir, base_path=args.base, fit=fit,

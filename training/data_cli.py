@@ -29,6 +29,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dense", choices=DENSE_CHOICES, default="minilm", help="embedder for dense hard negatives")
     p.add_argument("--query-swaps", type=int, default=0, help="LoCoMo swapped-query relevance negatives per gold turn (train split only)")
+    p.add_argument("--observation-queries", type=int, default=0,
+                   help="LoCoMo observation facts per conversation used as relevance queries (train split only)")
     p.add_argument("--calibration-conversations", default="conv-44",
                    help="comma-separated LoCoMo sample ids held out for calibration (empty: none)")
     p.add_argument("--questions", action="store_true", help="also print the per-question label balance of the train split")
@@ -68,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     calibration = tuple(f"locomo:{c.strip()}" for c in args.calibration_conversations.split(",") if c.strip())
     config = BuildConfig(
         locomo=args.locomo, audit=args.audit, synthetic_per_family=args.synthetic_per_family, seed=args.seed,
-        dense=args.dense, plan=SplitPlan(calibration_groups=calibration), rules=LocomoRules(query_swaps=args.query_swaps),
+        dense=args.dense, plan=SplitPlan(calibration_groups=calibration), rules=LocomoRules(query_swaps=args.query_swaps, observation_queries=args.observation_queries),
     )
     result = build_dataset(config)
     counts = write_build(result, args.out)

@@ -37,6 +37,7 @@ class PipelineConfig:
     synthetic_per_family: int = 1500
     dense: str = "minilm"  # dense hard negatives for the LoCoMo rules: minilm | hashing | none
     query_swaps: int = 0  # LoCoMo swapped-query relevance negatives per gold turn (`LocomoRules.query_swaps`)
+    observation_queries: int = 0  # LoCoMo observation facts per conversation used as relevance queries (`LocomoRules`)
     base_path: str | None = None  # default: the installed MiniLM package
     fit: FitConfig = field(default_factory=FitConfig)
     max_questions: int = 8  # questions per packed training request
@@ -100,7 +101,7 @@ def stage_build_data(cfg: PipelineConfig) -> dict[str, Any]:
     from data.builders.locomo import LocomoRules
 
     result = build_dataset(BuildConfig(locomo=cfg.locomo, audit=cfg.audit, synthetic_per_family=cfg.synthetic_per_family,
-                                       seed=cfg.fit.seed, dense=cfg.dense, rules=LocomoRules(query_swaps=cfg.query_swaps)))
+                                       seed=cfg.fit.seed, dense=cfg.dense, rules=LocomoRules(query_swaps=cfg.query_swaps, observation_queries=cfg.observation_queries)))
     counts = write_build(result, cfg.data)
     return {"counts": counts, "too_long": result.too_long, "dropped_for_leakage": result.disjoint.dropped,
             "locomo": bool(cfg.locomo), "steps_seconds": {k: round(v, 2) for k, v in result.seconds.items()}}

@@ -1,8 +1,9 @@
 """Decision labels derived from LoCoMo (conversations from `data.locomo.load_locomo(path, audit=...)`).
 
 The data is read from a path the user gives and never bundled. Categories, gold evidence and the
-`observation` facts are used as *labels only*: no state ever contains a category, an observation fact or
-an answer. All examples of a conversation share the group `locomo:<sample_id>` (the split unit). Every
+`observation` facts are used as *labels only*: no state ever contains a category or an answer, and an
+observation fact only as the query of an observation-query relevance state (train split, see RELEVANCE).
+All examples of a conversation share the group `locomo:<sample_id>` (the split unit). Every
 rule, and the noise it is known to carry (lower weights mark the noisier labels):
 
 RELEVANCE (state {"query", "memory"}; questions of categories 1-4 with evidence; adversarial ones skipped)
@@ -26,6 +27,18 @@ RELEVANCE (state {"query", "memory"}; questions of categories 1-4 with evidence;
   question can be answered by the turn without citing it. Off by default: with 2 swaps per gold turn
   (`make train` otherwise unchanged) LoCoMo dev relevance AUROC fell from 0.738 to 0.647 (conv-44: 0.740 to
   0.693); the model lowered every gold-like turn instead of learning to read the pair (README).
+- observation queries (train split only, up to `observation_queries` facts per conversation, drawn with a
+  fixed seed): an `observation` fact that cites exactly one turn becomes the query of a state, that turn
+  -> relevant 1; its top BM25 turns and random turns outside `adjacency` of it -> relevant 0 (no bridge
+  labels; every label weight 0.7). A fact is a statement, not a question, and the state contains it: this is
+  the one rule under which an observation fact enters a state, as a query written from a turn, never as a
+  memory. It multiplies the distinct queries of the training conversations (855 facts citing one turn beside
+  about 600 answerable questions) so that matching a query to its turn is learnt from more than the
+  question set.
+  Noise: a fact restated in a later turn makes that turn unlabelled evidence among the BM25 negatives, and a
+  fact can summarise a turn with its neighbours. Off in `make train`: with every fact the model read the query
+  more (same-memory share 0.061 -> 0.11-0.20 in two runs) but LoCoMo dev relevance AUROC stayed at 0.72-0.74
+  and end-to-end recall did not move (README).
 STOPPING (state {"query", "evidence", "depth"}; evidence items `[date] Speaker: text`, shuffled)
 - all gold turns + BM25 distractors -> evidence_sufficient 1, continue_useful 0, missing_evidence 0.
 - some or all gold missing -> 0 / 1 / 1 (missing_evidence weight 0.7: the query's subject is often still
@@ -90,6 +103,9 @@ class LocomoRules:
     random_negatives: int = 2
     bridges: int = 2  # bridge candidates per question
     query_swaps: int = 0  # train split only: each gold turn under this many other questions -> relevant 0 (off: see below)
+    observation_queries: int = 0  # train split only: observation facts per conversation used as queries (see below)
+    observation_bm25_negatives: int = 3  # per observation query
+    observation_random_negatives: int = 1
     adjacency: int = 1  # turns this close to a gold turn are never negatives
     stopping_max_items: int = 5
     stopping_insufficient: int = 2  # insufficient evidence sets per question

@@ -6,10 +6,11 @@ import random
 
 from data.builders.locomo import ConversationIndex, LocomoRules, turn_text
 from data.builders.text import content_tokens
-from data.locomo import Question
+from data.locomo import Question, normalise_evidence
 from data.synthetic.emit import Emitter
 
 ANSWERABLE = (1, 2, 3, 4)  # adversarial questions (5) ask about things that did not happen to that person
+OBSERVATION_WEIGHT = 0.7  # observation-fact queries: a restated fact makes some negatives unlabelled evidence
 
 
 def _gold(ix: ConversationIndex, q: Question) -> list[int]:
@@ -72,6 +73,28 @@ def relevance_examples(ix: ConversationIndex, emit: Emitter, rules: LocomoRules)
                       weights={"bridge": 0.5}, notes=f"locomo:{kind}")
     if rules.query_swaps and emit.split == "train":
         swapped_query_examples(ix, emit, rules, random.Random(f"{rules.seed}:{ix.conv.sample_id}:swap"))
+    if rules.observation_queries and emit.split == "train":
+        observation_query_examples(ix, emit, rules, random.Random(f"{rules.seed}:{ix.conv.sample_id}:observation"))
+
+
+def observation_query_examples(ix: ConversationIndex, emit: Emitter, rules: LocomoRules, rng: random.Random) -> None:
+    """Observation facts as queries, their cited turn as evidence (rule and noise: `data.builders.locomo`)."""
+    known = set(ix.position)
+    facts = [(fact, [ix.position[d] for d in normalise_evidence(dia, known)]) for session in ix.conv.observations.values() for fact, dia in session]
+    facts = [(fact, gold) for fact, gold in facts if len(gold) == 1 and fact.strip()]
+    n = len(ix.turns)
+    weights = {"relevant": OBSERVATION_WEIGHT}
+    for fact, gold in rng.sample(facts, min(rules.observation_queries, len(facts))):
+        emit.emit("relevance", {"query": fact, "memory": turn_text(ix.turns[gold[0]])}, {"relevant": 1}, weights=weights,
+                  notes="locomo:observation-query")
+        blocked = _blocked(gold, rules.adjacency, n)
+        taken: set[int] = set()
+        negatives = _take(ix.bm25_rank(fact), blocked, taken, rules.observation_bm25_negatives)
+        pool = [i for i in range(n) if i not in blocked and i not in taken]
+        negatives += rng.sample(pool, min(rules.observation_random_negatives, len(pool)))
+        for i in negatives:
+            emit.emit("relevance", {"query": fact, "memory": turn_text(ix.turns[i])}, {"relevant": 0}, weights=weights,
+                      notes="locomo:observation-query-negative")
 
 
 def swapped_query_examples(ix: ConversationIndex, emit: Emitter, rules: LocomoRules, rng: random.Random) -> None:

@@ -36,6 +36,9 @@ def test_build_data_writes_splits_and_summary(tmp_path: Path, capsys: pytest.Cap
     assert main([*argv, "--query-swaps", "2"]) == 0
     assert json.loads((out / "summary.json").read_text())["config"]["rules"]["query_swaps"] == 2
     assert '"locomo:swap"' in (out / "train.jsonl").read_text()
+    assert main([*argv, "--observation-queries", "3"]) == 0
+    assert json.loads((out / "summary.json").read_text())["config"]["rules"]["observation_queries"] == 3
+    assert '"locomo:observation-query"' in (out / "train.jsonl").read_text()
 
 
 def test_build_data_without_locomo_and_without_calibration_conversation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -139,6 +139,38 @@ def test_swapped_queries_are_off_by_default(locomo: tuple) -> None:
     assert LocomoRules().query_swaps == 0 and not [e for e in examples if e.notes == "locomo:swap"]
 
 
+def test_observation_queries_pair_facts_with_their_cited_turn_in_train_only(locomo: tuple) -> None:
+    conversations, _ = locomo
+    base = LocomoRules(pairs_random=30, pairs_same_session=20)
+    rules = LocomoRules(pairs_random=30, pairs_same_session=20, observation_queries=4)
+    examples = build_locomo(conversations, SplitPlan(), rules=rules)
+    observed = [e for e in examples if e.notes in ("locomo:observation-query", "locomo:observation-query-negative")]
+    assert observed and {e.split for e in observed} == {"train"}
+    assert all(e.family == "relevance" and e.question_name == "relevant" and e.weight == 0.7 for e in observed)
+    conv = conversations[2]  # conv-41, the train conversation
+    texts = {t.dia_id: t.memory_text() for t in conv.turns}
+    position = {t.dia_id: i for i, t in enumerate(conv.turns)}
+    facts = {fact: dia for session in conv.observations.values() for fact, dia in session}
+    positives = [e for e in observed if e.notes == "locomo:observation-query"]
+    assert len(positives) == min(rules.observation_queries, len(facts)) and len({e.state["query"] for e in positives}) == len(positives)
+    for e in positives:
+        assert e.target == 1.0 and e.state["memory"] == texts[facts[e.state["query"]]]
+    for e in observed:
+        if e.notes == "locomo:observation-query-negative":
+            gold = position[facts[e.state["query"]]]
+            assert e.target == 0.0 and all(abs(position[d] - gold) > rules.adjacency for d, t in texts.items() if t == e.state["memory"])
+    per_query = Counter(e.state["query"] for e in observed if e.notes == "locomo:observation-query-negative")
+    assert set(per_query.values()) == {rules.observation_bm25_negatives + rules.observation_random_negatives}
+    rest = {e.id for e in examples if e not in observed}
+    assert rest == {e.id for e in build_locomo(conversations, SplitPlan(), rules=base)}  # the other rules draw the same
+
+
+def test_observation_queries_are_off_by_default_and_zero_means_off(locomo: tuple) -> None:
+    _, examples = locomo
+    assert LocomoRules().observation_queries == 0
+    assert not [e for e in examples if e.notes.startswith("locomo:observation-query")]
+
+
 def test_adversarial_and_evidence_free_questions_get_no_relevance(locomo: tuple) -> None:
     conversations, examples = locomo
     queries = {e.state["query"] for e in examples if e.family in ("relevance", "stopping")}

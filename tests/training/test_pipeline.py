@@ -107,6 +107,8 @@ def test_cli_keeps_build_data_and_adds_the_stages() -> None:
     cfg = config_from_args(args)
     assert cfg.fit.steps == 7 and cfg.fit.threads == 1 and cfg.locomo == "x.json" and cfg.eval_states == 5 and args.skip_data
     assert cfg.query_swaps == 0 and config_from_args(parser.parse_args(["all", "--query-swaps", "2"])).query_swaps == 2
+    observed = config_from_args(parser.parse_args(["all", "--observation-queries", "300"]))
+    assert cfg.observation_queries == PipelineConfig.observation_queries and observed.observation_queries == 300
     wide = config_from_args(parser.parse_args(["all", "--lora-r", "32", "--lora-alpha", "64"])).fit
     assert (wide.lora_r, wide.lora_alpha, wide.lora_dropout) == (32, 64, 0.1)
     args = parser.parse_args(["fit", "--resume", "--lr", "0.001"])
