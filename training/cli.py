@@ -61,15 +61,23 @@ def add_parser(sub: Any) -> None:
                    help="LoCoMo swapped-query relevance negatives per gold turn (train split; default off, see data/README.md)")
     p.add_argument("--observation-queries", type=int, default=PipelineConfig.observation_queries,
                    help="LoCoMo observation facts per conversation used as relevance queries (train split; see data/README.md)")
+    p.add_argument("--train-conversations", type=conversation_ids, default=PipelineConfig.train_conversations,
+                   help="comma-separated LoCoMo sample ids the train split may use (default: every one not held out)")
     p.add_argument("--skip-data", action="store_true", help="reuse the data already under --data-dir")
     p.add_argument("--resume", action="store_true", help="resume the fit stage from its latest checkpoint")
     p.set_defaults(handler=run, stage="all")
 
 
+def conversation_ids(text: str) -> tuple[str, ...]:
+    """"conv-41, conv-42" -> ("conv-41", "conv-42"); "" -> ()."""
+    return tuple(c.strip() for c in text.split(",") if c.strip())
+
+
 def config_from_args(args: argparse.Namespace) -> PipelineConfig:
     fit = FitConfig(**{name: getattr(args, name) for name in _FIT_FLAGS})
     known = {f.name for f in fields(PipelineConfig)}
-    extra = {k: getattr(args, k) for k in ("locomo", "audit", "synthetic_per_family", "dense", "query_swaps", "observation_queries") if hasattr(args, k) and k in known}
+    extra = {k: getattr(args, k) for k in ("locomo", "audit", "synthetic_per_family", "dense", "query_swaps", "observation_queries",
+                                  "train_conversations") if hasattr(args, k) and k in known}
     command = "python -m training " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "make train"
     return PipelineConfig(
         run_dir=args.run_dir, model_dir=args.model_dir, data_dir=args.data_dir, base_path=args.base, fit=fit,

@@ -33,6 +33,8 @@ def add_parser(sub: Any) -> None:
                    help="LoCoMo observation facts per conversation used as relevance queries (train split only)")
     p.add_argument("--calibration-conversations", default="conv-44",
                    help="comma-separated LoCoMo sample ids held out for calibration (empty: none)")
+    p.add_argument("--train-conversations", default="",
+                   help="comma-separated LoCoMo sample ids the train split may use (default: every one not held out)")
     p.add_argument("--questions", action="store_true", help="also print the per-question label balance of the train split")
     p.set_defaults(handler=run)
     d = sub.add_parser("distill", help="record a teacher's soft answers for decision examples (any wire-protocol server; never Jev)")
@@ -71,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     config = BuildConfig(
         locomo=args.locomo, audit=args.audit, synthetic_per_family=args.synthetic_per_family, seed=args.seed,
         dense=args.dense, plan=SplitPlan(calibration_groups=calibration), rules=LocomoRules(query_swaps=args.query_swaps, observation_queries=args.observation_queries),
+        train_conversations=tuple(c.strip() for c in args.train_conversations.split(",") if c.strip()),
     )
     result = build_dataset(config)
     counts = write_build(result, args.out)

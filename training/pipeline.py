@@ -38,6 +38,7 @@ class PipelineConfig:
     dense: str = "minilm"  # dense hard negatives for the LoCoMo rules: minilm | hashing | none
     query_swaps: int = 0  # LoCoMo swapped-query relevance negatives per gold turn (`LocomoRules.query_swaps`)
     observation_queries: int = 0  # LoCoMo observation facts per conversation used as relevance queries (`LocomoRules`)
+    train_conversations: tuple[str, ...] = ()  # LoCoMo conversations the train split may use (empty: all it would)
     base_path: str | None = None  # default: the installed MiniLM package
     fit: FitConfig = field(default_factory=FitConfig)
     max_questions: int = 8  # questions per packed training request
@@ -101,7 +102,8 @@ def stage_build_data(cfg: PipelineConfig) -> dict[str, Any]:
     from data.builders.locomo import LocomoRules
 
     result = build_dataset(BuildConfig(locomo=cfg.locomo, audit=cfg.audit, synthetic_per_family=cfg.synthetic_per_family,
-                                       seed=cfg.fit.seed, dense=cfg.dense, rules=LocomoRules(query_swaps=cfg.query_swaps, observation_queries=cfg.observation_queries)))
+                                       seed=cfg.fit.seed, dense=cfg.dense, rules=LocomoRules(query_swaps=cfg.query_swaps, observation_queries=cfg.observation_queries),
+                                       train_conversations=tuple(cfg.train_conversations)))
     counts = write_build(result, cfg.data)
     return {"counts": counts, "too_long": result.too_long, "dropped_for_leakage": result.disjoint.dropped,
             "locomo": bool(cfg.locomo), "steps_seconds": {k: round(v, 2) for k, v in result.seconds.items()}}

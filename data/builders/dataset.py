@@ -14,15 +14,19 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from data.builders.locomo import LocomoRules, build_locomo
 from data.builders.summary import Summary, summarize
 from data.schema import DataError, DecisionExample, write_splits
 from data.splits import DisjointReport, SplitPlan, check_disjoint, check_groups, enforce_disjoint
 from data.synthetic import QuestionStyle, SyntheticConfig, generate
+
+if TYPE_CHECKING:
+    from data.locomo import Conversation
 
 log = logging.getLogger(__name__)
 DENSE_CHOICES = ("minilm", "hashing", "none")
@@ -38,6 +42,9 @@ class BuildConfig:
     max_state_chars: int = 1800  # compact-JSON characters; longer states are dropped and counted
     plan: SplitPlan = field(default_factory=SplitPlan)
     rules: LocomoRules = field(default_factory=LocomoRules)
+    # LoCoMo sample ids the train split may use (empty: every conversation the plan puts in train); the dev and
+    # calibration conversations are kept either way. For learning curves over the number of labelled conversations.
+    train_conversations: tuple[str, ...] = ()
     style: QuestionStyle = field(default_factory=QuestionStyle)
 
     def __post_init__(self) -> None:
@@ -68,6 +75,21 @@ def _embedder(name: str) -> Any:
     return create_embedder(name)
 
 
+def training_subset(conversations: Sequence[Conversation], config: BuildConfig) -> list[Conversation]:
+    """The conversations to label: all, or with `train_conversations` the held-out ones and the named train ones."""
+    if not config.train_conversations:
+        return list(conversations)
+    ids = {c.sample_id for c in conversations}
+    unknown = sorted(set(config.train_conversations) - ids)
+    if unknown:
+        raise DataError(f"train_conversations not in the LoCoMo file: {unknown}")
+    held = [c for c in config.train_conversations if config.plan.split_for(f"locomo:{c}") != "train"]
+    if held:
+        raise DataError(f"train_conversations are held out by the split plan: {held}")
+    return [c for c in conversations
+            if config.plan.split_for(f"locomo:{c.sample_id}") != "train" or c.sample_id in config.train_conversations]
+
+
 def build_dataset(config: BuildConfig, *, embedder: Any = None) -> BuildResult:
     """Run every source and the split discipline; `embedder` overrides `config.dense`."""
     seconds: dict[str, float] = {}
@@ -77,7 +99,7 @@ def build_dataset(config: BuildConfig, *, embedder: Any = None) -> BuildResult:
         from data.locomo import load_locomo
 
         t = time.perf_counter()
-        conversations = load_locomo(config.locomo, audit=config.audit)
+        conversations = training_subset(load_locomo(config.locomo, audit=config.audit), config)
         rules = config.rules if config.rules.seed == config.seed else LocomoRules(**{**asdict(config.rules), "seed": config.seed})
         examples.extend(build_locomo(conversations, config.plan, rules=rules, embedder=embedder or _embedder(config.dense), style=config.style))
         seconds["locomo"] = time.perf_counter() - t

@@ -10,7 +10,7 @@ import httpx2
 import pytest
 
 import data.teacher
-from data.schema import load_examples, read_jsonl
+from data.schema import DataError, load_examples, read_jsonl
 from tests.training.test_data_locomo import write_locomo_fixture
 from tests.training.test_teacher import FakeTeacher
 from training.__main__ import main
@@ -39,6 +39,28 @@ def test_build_data_writes_splits_and_summary(tmp_path: Path, capsys: pytest.Cap
     assert main([*argv, "--observation-queries", "3"]) == 0
     assert json.loads((out / "summary.json").read_text())["config"]["rules"]["observation_queries"] == 3
     assert '"locomo:observation-query"' in (out / "train.jsonl").read_text()
+
+
+def test_train_conversations_limit_the_train_split_and_keep_the_held_out_ones(tmp_path: Path) -> None:
+    path, audit = write_locomo_fixture(tmp_path)
+    argv = ["build-data", "--locomo", str(path), "--audit", str(audit), "--synthetic-per-family", "10", "--dense", "hashing",
+            "--calibration-conversations", ""]  # conv-41 and conv-44 are then both train conversations
+
+    def groups(out: Path) -> dict[str, set[str]]:
+        found: dict[str, set[str]] = {}
+        for e in load_examples(out):
+            if e.source == "locomo":
+                found.setdefault(e.split, set()).add(e.group)
+        return found
+
+    assert main([*argv, "--out", str(tmp_path / "all")]) == 0
+    assert groups(tmp_path / "all") == {"train": {"locomo:conv-41", "locomo:conv-44"}, "dev": {"locomo:conv-26", "locomo:conv-30"}}
+    assert main([*argv, "--out", str(tmp_path / "one"), "--train-conversations", "conv-44"]) == 0
+    assert groups(tmp_path / "one") == {"train": {"locomo:conv-44"}, "dev": {"locomo:conv-26", "locomo:conv-30"}}
+    assert json.loads((tmp_path / "one" / "summary.json").read_text())["config"]["train_conversations"] == ["conv-44"]
+    for wrong, message in (("conv-99", "not in the LoCoMo file"), ("conv-26", "held out")):
+        with pytest.raises(DataError, match=message):
+            main([*argv, "--out", str(tmp_path / "bad"), "--train-conversations", wrong])
 
 
 def test_build_data_without_locomo_and_without_calibration_conversation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -109,6 +109,8 @@ def test_cli_keeps_build_data_and_adds_the_stages() -> None:
     assert cfg.query_swaps == 0 and config_from_args(parser.parse_args(["all", "--query-swaps", "2"])).query_swaps == 2
     observed = config_from_args(parser.parse_args(["all", "--observation-queries", "300"]))
     assert cfg.observation_queries == PipelineConfig.observation_queries and observed.observation_queries == 300
+    fewer = config_from_args(parser.parse_args(["all", "--train-conversations", "conv-42, conv-43"]))
+    assert cfg.train_conversations == () and fewer.train_conversations == ("conv-42", "conv-43")
     wide = config_from_args(parser.parse_args(["all", "--lora-r", "32", "--lora-alpha", "64"])).fit
     assert (wide.lora_r, wide.lora_alpha, wide.lora_dropout) == (32, 64, 0.1)
     args = parser.parse_args(["fit", "--resume", "--lr", "0.001"])
