@@ -63,6 +63,9 @@ def add_parser(sub: Any) -> None:
                    help="LoCoMo observation facts per conversation used as relevance queries (train split; see data/README.md)")
     p.add_argument("--train-conversations", type=conversation_ids, default=PipelineConfig.train_conversations,
                    help="comma-separated LoCoMo sample ids the train split may use (default: every one not held out)")
+    p.add_argument("--calibration-conversations", type=conversation_ids, default=PipelineConfig.calibration_conversations,
+                   help="comma-separated LoCoMo sample ids held out for calibration (default conv-44; empty: none, so "
+                        "the LoCoMo questions are calibrated on synthetic data alone)")
     p.add_argument("--skip-data", action="store_true", help="reuse the data already under --data-dir")
     p.add_argument("--resume", action="store_true", help="resume the fit stage from its latest checkpoint")
     p.set_defaults(handler=run, stage="all")
@@ -77,7 +80,7 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
     fit = FitConfig(**{name: getattr(args, name) for name in _FIT_FLAGS})
     known = {f.name for f in fields(PipelineConfig)}
     extra = {k: getattr(args, k) for k in ("locomo", "audit", "synthetic_per_family", "dense", "query_swaps", "observation_queries",
-                                  "train_conversations") if hasattr(args, k) and k in known}
+                                  "train_conversations", "calibration_conversations") if hasattr(args, k) and k in known}
     command = "python -m training " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "make train"
     return PipelineConfig(
         run_dir=args.run_dir, model_dir=args.model_dir, data_dir=args.data_dir, base_path=args.base, fit=fit,

@@ -39,6 +39,7 @@ class PipelineConfig:
     query_swaps: int = 0  # LoCoMo swapped-query relevance negatives per gold turn (`LocomoRules.query_swaps`)
     observation_queries: int = 0  # LoCoMo observation facts per conversation used as relevance queries (`LocomoRules`)
     train_conversations: tuple[str, ...] = ()  # LoCoMo conversations the train split may use (empty: all it would)
+    calibration_conversations: tuple[str, ...] = ("conv-44",)  # LoCoMo conversations held out for calibration
     base_path: str | None = None  # default: the installed MiniLM package
     fit: FitConfig = field(default_factory=FitConfig)
     max_questions: int = 8  # questions per packed training request
@@ -100,13 +101,20 @@ def stage_build_data(cfg: PipelineConfig) -> dict[str, Any]:
     from data.builders.dataset import BuildConfig, build_dataset, write_build
 
     from data.builders.locomo import LocomoRules
+    from data.splits import SplitPlan
 
     result = build_dataset(BuildConfig(locomo=cfg.locomo, audit=cfg.audit, synthetic_per_family=cfg.synthetic_per_family,
                                        seed=cfg.fit.seed, dense=cfg.dense, rules=LocomoRules(query_swaps=cfg.query_swaps, observation_queries=cfg.observation_queries),
-                                       train_conversations=tuple(cfg.train_conversations)))
+                                       train_conversations=tuple(cfg.train_conversations),
+                                       plan=SplitPlan(calibration_groups=tuple(f"locomo:{c}" for c in cfg.calibration_conversations))))
     counts = write_build(result, cfg.data)
+    conversations: dict[str, set[str]] = {}
+    for e in result.examples:
+        if e.group.startswith("locomo:"):
+            conversations.setdefault(e.split, set()).add(e.group.partition(":")[2])
     return {"counts": counts, "too_long": result.too_long, "dropped_for_leakage": result.disjoint.dropped,
-            "locomo": bool(cfg.locomo), "steps_seconds": {k: round(v, 2) for k, v in result.seconds.items()}}
+            "locomo": bool(cfg.locomo), "locomo_conversations": {k: sorted(v) for k, v in sorted(conversations.items())},
+            "steps_seconds": {k: round(v, 2) for k, v in result.seconds.items()}}
 
 
 def stage_fit(cfg: PipelineConfig, *, resume: bool = False) -> dict[str, Any]:

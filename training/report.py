@@ -169,9 +169,8 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         "## Training data (provenance)",
         "",
         "- **LoCoMo** (Maharana et al., ACL 2024; CC BY-NC 4.0): decision labels *derived by rules* from 6 of its 10 conversations "
-        "(relevance, stopping, routing, pair judgments; see `data/builders/locomo.py` for every rule and its noise). Training used "
-        "conv-41/42/43, calibration conv-44; the dev pair conv-26 + conv-30 was never trained or calibrated on. The four remaining "
-        "conversations were not used at all. **The model was trained on labels derived from a CC BY-NC dataset**: treat the weights "
+        "(relevance, stopping, routing, pair judgments; see `data/builders/locomo.py` for every rule and its noise). "
+        f"{_locomo_use(data)} **The model was trained on labels derived from a CC BY-NC dataset**: treat the weights "
         "as subject to its non-commercial terms. No LoCoMo text is shipped in this directory.",
         "- **Synthetic generators** (`data/synthetic/`): template states over word banks with exact labels, 10 shards per "
         "generator; shard 8 is calibration, shard 9 held-out test. Source text never appears in two splits (checked).",
@@ -250,6 +249,19 @@ def _stage_times(seconds: dict[str, float]) -> str:
     keys = [k for k in order if k in seconds] + sorted(set(seconds) - set(order))
     parts = [f"{k} {seconds[k] / 60:.1f} min" if seconds[k] >= 600 else f"{k} {seconds[k]:.0f} s" for k in keys]
     return (", ".join(parts) + f"; {sum(seconds.values()) / 60:.1f} min in all") if parts else "not recorded"
+
+
+def _locomo_use(data: dict[str, Any]) -> str:
+    """Which LoCoMo conversations each split used, from the build-data record (older records: the default plan)."""
+    used = data.get("locomo_conversations")
+    if not used:
+        return ("Training used conv-41/42/43, calibration conv-44; the dev pair conv-26 + conv-30 was never trained or "
+                "calibrated on. The four remaining conversations were not used at all.")
+    names = {"train": "Training used", "calibration": "calibration", "dev": "held-out dev (never trained or calibrated on)"}
+    order = [k for k in names if k in used] + sorted(set(used) - set(names))
+    parts = [f"{names.get(split, split)} {', '.join(used[split])}" for split in order if used[split]]
+    calibrated = "" if used.get("calibration") else " No LoCoMo conversation was held out for calibration: the LoCoMo questions were calibrated on synthetic data alone."
+    return "; ".join(parts) + f". The other LoCoMo conversations were not used at all.{calibrated}"
 
 
 def _split_counts(data: dict[str, Any]) -> str:

@@ -111,6 +111,8 @@ def test_cli_keeps_build_data_and_adds_the_stages() -> None:
     assert cfg.observation_queries == PipelineConfig.observation_queries and observed.observation_queries == 300
     fewer = config_from_args(parser.parse_args(["all", "--train-conversations", "conv-42, conv-43"]))
     assert cfg.train_conversations == () and fewer.train_conversations == ("conv-42", "conv-43")
+    uncalibrated = config_from_args(parser.parse_args(["all", "--calibration-conversations", ""]))
+    assert cfg.calibration_conversations == ("conv-44",) and uncalibrated.calibration_conversations == ()
     wide = config_from_args(parser.parse_args(["all", "--lora-r", "32", "--lora-alpha", "64"])).fit
     assert (wide.lora_r, wide.lora_alpha, wide.lora_dropout) == (32, 64, 0.1)
     args = parser.parse_args(["fit", "--resume", "--lr", "0.001"])
@@ -138,3 +140,13 @@ def test_out_of_domain_figures_are_recorded_into_the_model_card_for_their_artifa
     assert json.loads((model / "metrics.json").read_text())["out_of_domain"].startswith("not measured on this artifact")
     with pytest.raises(PipelineError, match="local controller"):
         record_summary(OodSummary("heuristic", "h", {}, rag, coherence, {}), run, model)
+
+
+def test_the_model_card_names_the_conversations_each_split_used() -> None:
+    from training.report import _locomo_use
+
+    default = _locomo_use({})  # a record from before the conversations were recorded: the default plan
+    assert "conv-41/42/43" in default and "calibration conv-44" in default
+    fewer = _locomo_use({"locomo_conversations": {"dev": ["conv-26", "conv-30"], "train": ["conv-42"], "calibration": ["conv-44"]}})
+    assert fewer.startswith("Training used conv-42; calibration conv-44; held-out dev") and "synthetic data alone" not in fewer
+    assert "synthetic data alone" in _locomo_use({"locomo_conversations": {"dev": ["conv-26"], "train": ["conv-41", "conv-44"]}})
