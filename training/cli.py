@@ -17,6 +17,7 @@ import sys
 from dataclasses import fields
 from typing import Any
 
+from training.data_cli import conversation_ids
 from training.pipeline import STAGES, PipelineConfig, run_all, run_stage
 from training.trainer import DROPOUT_KINDS, FitConfig
 
@@ -69,11 +70,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--skip-data", action="store_true", help="reuse the data already under --data-dir")
     p.add_argument("--resume", action="store_true", help="resume the fit stage from its latest checkpoint")
     p.set_defaults(handler=run, stage="all")
-
-
-def conversation_ids(text: str) -> tuple[str, ...]:
-    """"conv-41, conv-42" -> ("conv-41", "conv-42"); "" -> ()."""
-    return tuple(c.strip() for c in text.split(",") if c.strip())
 
 
 def config_from_args(args: argparse.Namespace) -> PipelineConfig:

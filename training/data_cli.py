@@ -31,9 +31,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--query-swaps", type=int, default=0, help="LoCoMo swapped-query relevance negatives per gold turn (train split only)")
     p.add_argument("--observation-queries", type=int, default=0,
                    help="LoCoMo observation facts per conversation used as relevance queries (train split only)")
-    p.add_argument("--calibration-conversations", default="conv-44",
+    p.add_argument("--calibration-conversations", type=conversation_ids, default=("conv-44",),
                    help="comma-separated LoCoMo sample ids held out for calibration (empty: none)")
-    p.add_argument("--train-conversations", default="",
+    p.add_argument("--train-conversations", type=conversation_ids, default=(),
                    help="comma-separated LoCoMo sample ids the train split may use (default: every one not held out)")
     p.add_argument("--questions", action="store_true", help="also print the per-question label balance of the train split")
     p.set_defaults(handler=run)
@@ -67,13 +67,18 @@ def run_distill(args: argparse.Namespace) -> int:
     return 0
 
 
+def conversation_ids(text: str) -> tuple[str, ...]:
+    """"conv-41, conv-42" -> ("conv-41", "conv-42"); "" -> ()."""
+    return tuple(c.strip() for c in text.split(",") if c.strip())
+
+
 def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
-    calibration = tuple(f"locomo:{c.strip()}" for c in args.calibration_conversations.split(",") if c.strip())
+    calibration = tuple(f"locomo:{c}" for c in args.calibration_conversations)
     config = BuildConfig(
         locomo=args.locomo, audit=args.audit, synthetic_per_family=args.synthetic_per_family, seed=args.seed,
         dense=args.dense, plan=SplitPlan(calibration_groups=calibration), rules=LocomoRules(query_swaps=args.query_swaps, observation_queries=args.observation_queries),
-        train_conversations=tuple(c.strip() for c in args.train_conversations.split(",") if c.strip()),
+        train_conversations=args.train_conversations,
     )
     result = build_dataset(config)
     counts = write_build(result, args.out)
