@@ -239,12 +239,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UsageError(f"--variants is not valid JSON: {error}") from error
     if not isinstance(variants, dict):
         raise UsageError("--variants must be a JSON object: variant name -> {config field: value}")
+    levels: list[Any] = []
+    if args.oracle_relevance:
+        from memory.evaluation.oracle import parse_levels
+
+        try:
+            levels = parse_levels(args.oracle_relevance)
+        except ValueError as error:
+            raise UsageError(f"--oracle-relevance: {error}") from error
     convs = _eval_conversations(args)
-    results = sweep_locomo(convs, variants, controller=args.controller, config=args.config, embedder=args.embedder,
-                           threads=args.threads, model_dir=args.model_dir, query_k=args.k)
+    result = sweep_locomo(convs, variants, controller=args.controller, config=args.config, embedder=args.embedder,
+                          threads=args.threads, model_dir=args.model_dir, query_k=args.k, oracle_levels=levels)
     print(f"{args.controller} controller, base config {args.config or 'default'}, conversations "
           f"{', '.join(c.sample_id for c in convs)}")
-    print(sweep_table(results))
+    print(sweep_table(result.scores, result.relevance_auroc if levels else None))
     return 0
 
 
@@ -356,6 +364,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--embedder", choices=("hashing", "minilm"), default="minilm", help="the engine's embedder (cached on disk)")
     p.add_argument("--threads", type=int, default=1, help="torch / onnxruntime threads (default 1)")
     p.add_argument("--model-dir", default=None, help="the local controller's model directory (default: the committed model)")
+    p.add_argument("--oracle-relevance", default="",
+                   help="comma-separated relevance judges crossed with the variants: 'own' (the controller's answers), 'heuristic' "
+                        "(the heuristic controller's), 'mean' (their average) or an oracle's AUROC in [0.5, 1] "
+                        "(memory/evaluation/oracle.py; an evaluation instrument that reads gold)")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("serve", help="the HTTP server (TypeSafe wire protocol + memory API)")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,8 @@ from memory.config import EngineConfig
 from memory.control import Controller
 from memory.errors import ConfigError
 from memory.evaluation.harness import _embedder, _engine_config, scored_questions
-from memory.evaluation.metrics import Item, QuestionScore, score_items
+from memory.evaluation.metrics import Item, QuestionScore, auroc, score_items
+from memory.evaluation.oracle import Level
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,15 @@ def variant_configs(base: EngineConfig, variants: Mapping[str, Mapping[str, Any]
     return out
 
 
+@dataclass
+class SweepResult:
+    """Scores per variant name; with oracle levels, the AUROC of the relevance answers each level gave (and of
+    the controller's own answers on the same judged pairs), pooled over the conversations."""
+
+    scores: dict[str, list[QuestionScore]]
+    relevance_auroc: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)  # name -> (given, own)
+
+
 def sweep_read_configs(
     conversations: Sequence[Conversation],
     client: SystemOneClient,
@@ -93,43 +103,87 @@ def sweep_read_configs(
     query_k: int = 20,
 ) -> dict[str, list[QuestionScore]]:
     """Every scored question of every conversation under every variant (in the order given)."""
+    return sweep(conversations, client, embedder, base, variants, query_k=query_k).scores
+
+
+def sweep(
+    conversations: Sequence[Conversation],
+    client: SystemOneClient,
+    embedder: Embedder,
+    base: EngineConfig,
+    variants: Mapping[str, Mapping[str, Any]],
+    *,
+    query_k: int = 20,
+    oracle_levels: Sequence[Level] = (),
+    oracle_seed: int = 0,
+) -> SweepResult:
+    """`sweep_read_configs`, optionally crossed with relevance oracles (`memory.evaluation.oracle`): every variant
+    is then run once per level and named `variant | level`; a level of None keeps the controller's own answers,
+    "heuristic" and "mean" ask the heuristic controller too (see `memory.evaluation.oracle.parse_levels`)."""
     from memory.engine import Engine
+    from memory.evaluation.oracle import GoldRelevance, level_name, make_oracle
     from memory.ingest import turn_observation
     from memory.store import open_store
 
     configs = variant_configs(base, variants)
-    results: dict[str, list[QuestionScore]] = {name: [] for name in configs}
+    levels = list(oracle_levels)
+    runs = [(name, None, config) for name, config in configs.items()] if not levels else [
+        (f"{name} | {level_name(level)}", level, config) for level in levels for name, config in configs.items()]
+    scores: dict[str, list[QuestionScore]] = {name: [] for name, _, _ in runs}
+    judged: dict[str, dict[tuple[str, str, str], tuple[bool, float, float]]] = {name: {} for name, _, _ in runs}
     for conv in conversations:
         engine = Engine(open_store(None, dim=embedder.dim, embedder=embedder.name), client, embedder, base)
-        engine.controller = MemoController(client)
+        memo = MemoController(client)
+        judge = MemoController(SystemOneClient("heuristic")) if any(isinstance(v, str) for v in levels) else None
+        engine.controller = memo
         try:
             for turn in conv.turns:
                 engine.write(turn_observation(turn))
             questions = scored_questions(conv)
-            for name, config in configs.items():
+            gold = GoldRelevance.from_conversation(conv, questions)
+            for name, level, config in runs:
                 engine.config = config
+                oracle = make_oracle(memo, gold, level, seed=oracle_seed, judge=judge) if levels else None
+                engine.controller = oracle or memo
                 for q in questions:
                     evidence = engine.query(q.question, k=query_k).evidence
                     values = score_items([Item(tuple(e.source_ids), e.content) for e in evidence], q.evidence)
-                    results[name].append(QuestionScore(conv.sample_id, q.qid, q.category, len(q.evidence), values))
+                    scores[name].append(QuestionScore(conv.sample_id, q.qid, q.category, len(q.evidence), values))
+                if oracle is not None:
+                    judged[name].update({(conv.sample_id, *k): v for k, v in oracle.judged.items()})
                 log.info("%s %s: %d questions", conv.sample_id, name, len(questions))
         finally:
+            engine.controller = memo
             engine.store.close()
-    return results
+    aurocs = {}
+    if levels:
+        for name, rows in judged.items():
+            labels = [y for y, _, _ in rows.values()]
+            aurocs[name] = (auroc([g for _, _, g in rows.values()], labels), auroc([o for _, o, _ in rows.values()], labels))
+    return SweepResult(scores, aurocs)
 
 
-def sweep_table(results: Mapping[str, Sequence[QuestionScore]]) -> str:
-    """Markdown: R_frac@10 (and its difference from the first variant), R_all@10, nDCG@10, multi-hop figures."""
-    lines = ["| variant | R_frac@10 | vs first | R_all@10 | nDCG@10 | multi-hop R_frac@10 | multi-hop R_all@10 | questions |",
-             "|---|---|---|---|---|---|---|---|"]
+def sweep_table(results: Mapping[str, Sequence[QuestionScore]],
+                relevance_auroc: Mapping[str, tuple[float | None, float | None]] | None = None) -> str:
+    """Markdown: R_frac@10 (and its difference from the first variant), R_all@10, nDCG@10, multi-hop figures;
+    with `relevance_auroc` (oracle sweeps) also the AUROC of the relevance answers on the pairs judged."""
+    extra = relevance_auroc is not None
+    head = "| variant | R_frac@10 | vs first | R_all@10 | nDCG@10 | multi-hop R_frac@10 | multi-hop R_all@10 | questions |"
+    lines = [head + (" relevance AUROC (given / controller's own) |" if extra else ""),
+             "|---|---|---|---|---|---|---|---|" + ("---|" if extra else "")]
     first: float | None = None
     for name, scores in results.items():
         frac = _mean(scores, "R_frac@10")
         first = frac if first is None else first
         lines.append(f"| {name} | {frac:.3f} | {frac - first:+.3f} | {_mean(scores, 'R_all@10'):.3f} | "
                      f"{_mean(scores, 'nDCG@10'):.3f} | {_mean(scores, 'R_frac@10', True):.3f} | "
-                     f"{_mean(scores, 'R_all@10', True):.3f} | {len(scores)} |")
+                     f"{_mean(scores, 'R_all@10', True):.3f} | {len(scores)} |"
+                     + (f" {_fmt(relevance_auroc.get(name, (None, None)))} |" if relevance_auroc is not None else ""))
     return "\n".join(lines)
+
+
+def _fmt(pair: tuple[float | None, float | None]) -> str:
+    return " / ".join("-" if v is None else f"{v:.3f}" for v in pair)
 
 
 def _mean(scores: Sequence[QuestionScore], metric: str, multi_hop: bool = False) -> float:
@@ -147,13 +201,14 @@ def sweep_locomo(
     threads: int = 1,
     model_dir: str | None = None,
     query_k: int = 20,
-) -> dict[str, list[QuestionScore]]:
-    """`sweep_read_configs` with the harness's controller client, engine config (preset or JSON file) and
-    process-wide embedder (MiniLM embeddings cached on disk)."""
+    oracle_levels: Sequence[Level] = (),
+) -> SweepResult:
+    """`sweep` with the harness's controller client, engine config (preset or JSON file) and process-wide
+    embedder (MiniLM embeddings cached on disk)."""
     options = {"threads": threads, "model_dir": model_dir} if controller == "local" else {}
     client = SystemOneClient(controller, **options)
     try:
-        return sweep_read_configs(conversations, client, _embedder(embedder, True, threads), _engine_config(config),
-                                  variants, query_k=query_k)
+        return sweep(conversations, client, _embedder(embedder, True, threads), _engine_config(config), variants,
+                     query_k=query_k, oracle_levels=oracle_levels)
     finally:
         client.close()
