@@ -12,7 +12,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-COMMANDS: tuple[str, ...] = ("training.data_cli", "training.cli", "training.calibration_compare", "training.ood")
+COMMANDS: tuple[str, ...] = ("training.data_cli", "training.cli", "training.calibration_compare", "training.ood", "training.ensemble")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

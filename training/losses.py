@@ -13,7 +13,7 @@ mean, so a step's loss does not depend on how its labels were split across micro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 import torch
@@ -162,6 +162,10 @@ class LabelTensors:
     score_mask: torch.Tensor
     score_target: torch.Tensor
     score_weight: torch.Tensor
+
+    def to(self, device: torch.device | str) -> LabelTensors:
+        """The same labels on `device`."""
+        return LabelTensors(*(getattr(self, f.name).to(device) for f in fields(self)))
 
     @property
     def count(self) -> int:

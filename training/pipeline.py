@@ -143,6 +143,15 @@ def load_model(cfg: PipelineConfig) -> Any:
     return load_artifact(cfg.model, base_path=cfg.base_path)
 
 
+def load_model_for_inference(cfg: PipelineConfig) -> Any:
+    """`load_model`, its torch model moved to the fit's device (a GPU when present and `device` is auto)."""
+    from training.trainer import resolve_device
+
+    loaded = load_model(cfg)
+    loaded.model.to(resolve_device(cfg.fit.device))
+    return loaded
+
+
 def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
     import torch
 
@@ -153,7 +162,7 @@ def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
 
     torch.set_num_threads(cfg.fit.threads)
     (cfg.model / "calibration.json").unlink(missing_ok=True)  # refitting: the old one may belong to another hash
-    loaded = load_model(cfg)
+    loaded = load_model_for_inference(cfg)
     examples = cap_states(split_examples(cfg, "calibration"), cfg.calibration_states, seed=cfg.fit.seed, by_source=False)
     requests, _ = prepare_requests(examples, tokenizer(cfg), max_questions=cfg.max_questions)
     run = predict(loaded.model, requests, progress=cfg.progress, desc="calibrate")
@@ -174,7 +183,7 @@ def stage_evaluate(cfg: PipelineConfig) -> dict[str, Any]:
     from training.sampling import cap_states, prepare_requests
 
     torch.set_num_threads(cfg.fit.threads)
-    loaded = load_model(cfg)
+    loaded = load_model_for_inference(cfg)
     tok = tokenizer(cfg)
     held = cap_states(heldout_examples(cfg), cfg.eval_states, seed=cfg.fit.seed)
     if not held:

@@ -62,6 +62,7 @@ def predict(
     from controller.torch_model import to_tensors
 
     model.eval()
+    device = next(model.parameters()).device  # the model's own: CPU, or the GPU the pipeline moved it to
     out: list[Prediction] = []
     tokens = 0
     began = time.perf_counter()
@@ -74,7 +75,7 @@ def predict(
         part = requests[start : start + chunk]
         batches, readout = make_batches([r.tokenized for r in part], encoding=encoding, max_batch_tokens=max_batch_tokens)
         with torch.inference_mode():
-            logits = [model(**to_tensors(b.arrays())).float().numpy() for b in batches]
+            logits = [model(**to_tensors(b.arrays(), device)).float().cpu().numpy() for b in batches]
         tokens += sum(int((b.question_ids >= 0).sum()) for b in batches)
         for request, values in zip(part, readout.gather(logits)):
             out.extend(Prediction(label, z, request.split, request.group) for label, z in zip(request.labels, values))

@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import math
+import re
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -29,6 +30,7 @@ from training.sampling import BalancedSampler, LabeledRequest, collate, label_te
 log = logging.getLogger(__name__)
 
 DROPOUT_KINDS = ("fast", "torch")
+_DEVICE = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class FitConfig:
     checkpoint_every: int = 50
     keep_checkpoints: int = 2
     max_minutes: float = 0.0  # > 0: stop (with a checkpoint) after this wall-clock; the schedule stays as planned
+    device: str = "auto"  # "auto" (CUDA when present, else CPU), "cpu", "cuda" or "cuda:N"; a run-time knob like threads
 
     def __post_init__(self) -> None:
         positive = ("steps", "tokens_per_step", "max_batch_tokens", "lora_r", "lora_alpha", "threads", "checkpoint_every", "keep_checkpoints")
@@ -70,6 +73,8 @@ class FitConfig:
         if self.weight_decay < 0 or self.rps_weight < 0 or self.max_minutes < 0:
             raise ValueError("weight_decay, rps_weight and max_minutes must be >= 0")
         boost_factors(self.family_boost)  # raises ValueError on a malformed spec
+        if not _DEVICE.fullmatch(self.device):
+            raise ValueError(f"FitConfig.device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
         if self.dropout not in DROPOUT_KINDS:
             raise ValueError(f"FitConfig.dropout must be one of {', '.join(DROPOUT_KINDS)}, got {self.dropout!r}")
 
@@ -83,12 +88,23 @@ class FitConfig:
 
     def fingerprint(self) -> str:
         """What a checkpoint must agree on to be resumed (run-time knobs excluded)."""
-        keep = {k: v for k, v in asdict(self).items() if k not in ("threads", "checkpoint_every", "keep_checkpoints", "max_minutes")}
+        keep = {k: v for k, v in asdict(self).items() if k not in ("threads", "checkpoint_every", "keep_checkpoints", "max_minutes", "device")}
         if not keep["family_boost"]:  # added later: runs without a boost keep the fingerprint they had
             del keep["family_boost"]
         if keep["dropout"] == "torch":  # added later: runs from before it keep their fingerprint
             del keep["dropout"]
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def resolve_device(name: str) -> Any:
+    """The torch device of a `FitConfig.device` name; "auto" is CUDA when torch sees a GPU, else CPU."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} asked for, but torch sees no CUDA GPU")
+    return torch.device(name)
 
 
 def boost_factors(spec: str) -> dict[str, float]:
@@ -230,13 +246,15 @@ def fit(
     resume: bool = False,
     progress: bool = True,
 ) -> tuple[Any, FitResult]:
-    """Train `model` (a `PackedCrossEncoder`, LoRA added here) on `requests`; returns (model, result)."""
+    """Train `model` (a `PackedCrossEncoder`, LoRA added here) on `requests` on `config.device`; returns
+    (model on CPU, result)."""
     import torch
 
     from controller.torch_model import to_tensors
     from training.losses import DecisionLoss
 
     torch.set_num_threads(config.threads)
+    device = resolve_device(config.device)
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
     (run / "fit_config.json").write_text(json.dumps(config.to_json(), indent=2) + "\n", encoding="utf-8")
@@ -246,6 +264,7 @@ def fit(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         model = prepare_model(model, config)
+    model.to(device)
     loss_fn = DecisionLoss(model, rps_weight=config.rps_weight)
     optimizer = _optimizer(model, config)
     sampler = BalancedSampler(requests, tokens_per_step=config.tokens_per_step, power=config.family_power, seed=config.seed,
@@ -274,12 +293,12 @@ def fit(
             t0 = time.perf_counter()
             chosen = [requests[i] for i in sampler.indices(step)]
             batch = collate(chosen, encodings=_encodings(config.seed, step, len(chosen), config.npair_fraction), max_batch_tokens=config.max_batch_tokens)
-            labels = label_tensors(batch)
+            labels = label_tensors(batch).to(device)
             factor = lr_factor(step, config)
             for group in optimizer.param_groups:
                 group["lr"] = group["base_lr"] * factor
-            torch.manual_seed(_step_seed(config.seed, step))
-            outputs = [model(**to_tensors(b.arrays())).reshape(-1) for b in batch.batches]
+            torch.manual_seed(_step_seed(config.seed, step))  # seeds the CUDA generators too
+            outputs = [model(**to_tensors(b.arrays(), device)).reshape(-1) for b in batch.batches]
             value = loss_fn(torch.cat(outputs), labels)  # type: ignore[arg-type]
             optimizer.zero_grad(set_to_none=True)
             value.total.backward()
@@ -303,6 +322,7 @@ def fit(
                 completed = False
                 break
     model.eval()
+    model.to("cpu")  # the artifact is saved and exported from CPU tensors
     bert_config.attention_probs_dropout_prob = inference_attention_dropout
     entries = read_log(log_path)
     losses = [e["loss"] for e in entries]

@@ -9,7 +9,7 @@ import torch
 
 from training.errors import CheckpointError
 from training.sampling import collate, label_tensors, prepare_requests
-from training.trainer import FitConfig, fit, latest_checkpoint, lr_factor
+from training.trainer import FitConfig, fit, latest_checkpoint, lr_factor, resolve_device
 
 FAST = dict(tokens_per_step=700, lr=5e-3, head_lr=5e-2, threads=1, warmup=0.1)
 
@@ -74,7 +74,8 @@ def test_fit_config_validates_and_round_trips() -> None:
     assert FitConfig.from_json(json.loads(json.dumps(config.to_json()))) == config
     assert config.fingerprint() == FitConfig(steps=10, lr=1e-3, threads=1, checkpoint_every=3).fingerprint()
     assert config.fingerprint() != FitConfig(steps=11, lr=1e-3).fingerprint()
-    for bad in (dict(steps=0), dict(lr=0.0), dict(npair_fraction=1.5), dict(weight_decay=-1.0)):
+    assert config.fingerprint() == FitConfig(steps=10, lr=1e-3, device="cpu").fingerprint()  # a run resumes on another device
+    for bad in (dict(steps=0), dict(lr=0.0), dict(npair_fraction=1.5), dict(weight_decay=-1.0), dict(device="tpu"), dict(device="cuda:x")):
         with pytest.raises(ValueError):
             FitConfig(**bad)  # type: ignore[arg-type]
 
@@ -84,3 +85,28 @@ def test_learning_rate_warms_up_then_decays_to_zero() -> None:
     factors = [lr_factor(s, config) for s in range(1, 101)]
     assert factors[0] == pytest.approx(0.1) and factors[9] == pytest.approx(1.0)
     assert factors[-1] == 0.0 and all(a >= b for a, b in zip(factors[9:], factors[10:]))
+
+
+def test_device_auto_falls_back_to_cpu_and_cuda_is_refused_without_a_gpu(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == torch.device("cpu") and resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(ValueError, match="no CUDA GPU"):
+        resolve_device("cuda:0")
+
+
+def test_label_tensors_move_whole(toy) -> None:  # type: ignore[no-untyped-def]
+    labels = label_tensors(collate(toy[:12]))
+    moved = labels.to("cpu")
+    for name in labels.__dataclass_fields__:
+        assert torch.equal(getattr(moved, name), getattr(labels, name)), name
+
+
+@pytest.mark.gpu
+def test_a_fit_on_the_gpu_trains_and_returns_a_cpu_model(_tiny_model, toy, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    probe = toy[:40]
+    before = _mean_nll(_tiny_model, probe)
+    model, result = fit(copy.deepcopy(_tiny_model), toy, FitConfig(steps=25, checkpoint_every=25, device="cuda", **FAST), tmp_path, progress=False)
+    assert next(model.parameters()).device.type == "cpu"  # ready to save and export
+    assert result.completed and _mean_nll(model, probe) < before - 0.02

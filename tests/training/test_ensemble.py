@@ -1,0 +1,46 @@
+"""Mean-logit ensembles of relevance predictions: alignment, averaging, the table."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from data.schema import DecisionExample
+from training.ensemble import ensemble_table, format_table, mean_predictions
+from training.predict import Prediction
+from training.sampling import Label
+
+
+def _case(i: int, query: str, target: float, notes: str) -> DecisionExample:
+    return DecisionExample(id=f"x{i}", family="relevance", question_name="relevant", state={"query": query, "memory": f"turn {i}"},
+                           question={"type": "noul", "instructions": "Does state.memory help answer state.query?"},
+                           target=target, source="locomo", group="locomo:c", split="dev", notes=notes)
+
+
+def _run(examples: list[DecisionExample], logits: list[float]) -> list[Prediction]:
+    return [Prediction(Label("noul", (float(e.target),), 1.0, "relevance", "relevant", e.id), np.array([z]), "dev", e.group)
+            for e, z in zip(examples, logits)]
+
+
+def test_the_mean_logit_can_beat_every_member() -> None:
+    examples = [_case(0, "q", 1.0, "locomo:gold"), _case(1, "q", 0.0, "locomo:bm25"), _case(2, "q", 1.0, "locomo:gold"), _case(3, "q", 0.0, "locomo:bm25")]
+    # each member misorders one pair, in a different place; their errors cancel in the mean
+    a = _run(examples, [2.0, 1.5, 1.0, -1.0])
+    b = _run(examples, [1.0, -1.0, 2.0, 1.5])
+    table = ensemble_table({"a": a, "b": b}, examples)
+    assert table["a"]["all"] == pytest.approx(0.75) and table["b"]["all"] == pytest.approx(0.75)
+    assert table["mean logit"]["all"] == pytest.approx(1.0)
+    assert [float(p.logits[0]) for p in mean_predictions([a, b])] == [1.5, 0.25, 1.5, 0.25]
+    assert table["a"]["locomo:random"] is None
+    assert "| mean logit | 1.000 | 1.000 | - |" in format_table(table)
+    assert set(ensemble_table({"a": a}, examples)) == {"a"}  # one model: no ensemble row
+
+
+def test_runs_that_do_not_line_up_are_refused() -> None:
+    examples = [_case(0, "q", 1.0, "locomo:gold"), _case(1, "q", 0.0, "locomo:bm25")]
+    with pytest.raises(ValueError, match="same labels"):
+        mean_predictions([_run(examples, [1.0, 0.0]), _run(examples[::-1], [1.0, 0.0])])
+    with pytest.raises(ValueError, match="same labels"):
+        mean_predictions([_run(examples, [1.0, 0.0]), _run(examples[:1], [1.0])])
+    with pytest.raises(ValueError, match="at least one"):
+        mean_predictions([])

@@ -1,0 +1,94 @@
+"""`python -m training ensemble`: candidate relevance of several trained models and of their mean logit.
+
+    python -m training ensemble --data-dir DATA --model-dirs R0/model R1/model R2/model [--base DIR] [--out FILE]
+
+Each model judges the held-out LoCoMo relevance pairs of DATA (`dev.jsonl`); the table gives every model's AUROC
+by kind of negative (`training.relevance_report`) and that of the mean raw logit of all of them. It says how
+much of a recipe's shortfall is seed noise (averaging removes it) and how much is bias (averaging keeps it).
+Nothing is written to the model directories.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from training.predict import Prediction
+from training.relevance_report import relevance_by_negative
+
+COLUMNS = ("all", "locomo:bm25", "locomo:dense", "locomo:random", "locomo:bridge", "per_query")
+
+
+def mean_predictions(runs: Sequence[Sequence[Prediction]]) -> list[Prediction]:
+    """The first run's predictions with each logit replaced by its mean over `runs` (aligned label by label)."""
+    if not runs:
+        raise ValueError("mean_predictions needs at least one run")
+    first = runs[0]
+    for run in runs[1:]:
+        if len(run) != len(first) or any((a.label.example_id, a.label.variant) != (b.label.example_id, b.label.variant) for a, b in zip(first, run)):
+            raise ValueError("the runs do not predict the same labels in the same order")
+    return [replace(p, logits=np.mean([np.asarray(run[i].logits, dtype=np.float64) for run in runs], axis=0)) for i, p in enumerate(first)]
+
+
+def ensemble_table(named_runs: dict[str, Sequence[Prediction]], examples: Sequence[Any]) -> dict[str, dict[str, Any]]:
+    """{model name | "mean logit": {column: AUROC}} over the LoCoMo `relevant` pairs of `examples`."""
+    out = {}
+    runs = dict(named_runs)
+    if len(runs) > 1:
+        runs["mean logit"] = mean_predictions(list(named_runs.values()))
+    for name, predictions in runs.items():
+        table = relevance_by_negative(predictions, examples)
+        out[name] = {c: table.get(c, {}).get("model") for c in COLUMNS}
+    return out
+
+
+def format_table(table: dict[str, dict[str, Any]]) -> str:
+    lines = ["| model | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
+    for name, row in table.items():
+        lines.append(f"| {name} | " + " | ".join("-" if row[c] is None else f"{row[c]:.3f}" for c in COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("ensemble", help="held-out LoCoMo relevance of several models and of their mean logit")
+    p.add_argument("--data-dir", required=True, help="decision data split files (reads dev.jsonl)")
+    p.add_argument("--model-dirs", nargs="+", required=True, help="trained model directories (left unchanged)")
+    p.add_argument("--base", default=None, help="base model directory the models were trained on (default: the installed package)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", default=None, help="write the table as JSON here")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from controller.artifacts import load_artifact
+    from controller.template import get_tokenizer
+    from data.schema import load_examples
+    from training.predict import predict
+    from training.sampling import prepare_requests
+
+    torch.set_num_threads(args.threads)
+    examples = [e for e in load_examples(Path(args.data_dir), "dev") if e.family == "relevance" and e.source == "locomo"]
+    if not examples:
+        print(f"no LoCoMo relevance examples in {args.data_dir}/dev.jsonl")
+        return 2
+    requests, _ = prepare_requests(examples, get_tokenizer(args.base))
+    named = {}
+    for directory in args.model_dirs:
+        model = load_artifact(directory, base_path=args.base).model
+        named[directory] = predict(model, requests).predictions
+    table = ensemble_table(named, examples)
+    print(format_table(table))
+    if args.out:
+        Path(args.out).write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+__all__ = ["add_parser", "ensemble_table", "format_table", "mean_predictions", "run"]
