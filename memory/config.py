@@ -79,9 +79,13 @@ class EngineConfig:
     #   shipped controller, dev pair conv-26 + conv-30:  0.5-centred 0.679 / 0.575;  centred 0.685 / 0.683 / 0.656 / 0.644
     #   heuristic controller, dev pair:                  0.5-centred 0.645 / 0.627;  centred 0.645 / 0.638 / 0.629 / 0.629
     # Centring helps the trained controller on both and leaves the heuristic alone; the larger weight picked on
-    # conv-44 did not carry over to the dev pair, so the weight stays where the heuristic put it (6 dev
-    # conversations, 0.5-centred, R_frac@10 / multi-hop R_all@10: 0.1 0.668 / 0.128, 0.35 0.664 / 0.134, 0.5 0.658 / 0.140).
-    relevance_weight: float = 0.35
+    # conv-44 did not carry over to the dev pair (6 dev conversations, heuristic, 0.5-centred, R_frac@10 / multi-hop
+    # R_all@10: 0.1 0.668 / 0.128, 0.35 0.664 / 0.134, 0.5 0.658 / 0.140).
+    # 2026-12-01, centred, conv-44 (calibration only), weight 0.35 / 0.7 / 1.0 / 1.5:
+    #   current artifact: 0.653 / 0.690 / 0.695 / 0.707;  heuristic: 0.641 / 0.647 / 0.641 / 0.645 (nDCG@10 0.444 -> 0.478 at 1.0)
+    # 1.0 is the largest weight no worse than 0.35 for either controller there and on the dev pair seen earlier (current
+    # artifact +0.022, heuristic -0.007), short of the conv-44 argmax, which failed to carry over once before.
+    relevance_weight: float = 1.0
     center_relevance: bool = True
     tau_admit: float = 0.5  # a node found by traversal (not a seed) is ranked only when p_relevant exceeds this
     expand_decay: float = 0.8  # structure of an expanded node = decay * parent's structure * edge weight
