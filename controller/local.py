@@ -149,14 +149,11 @@ class LocalBackend:
         import torch
 
         from controller.onnx_runtime import flush_denormals
-        from controller.torch_model import to_tensors
+        from controller.torch_model import to_tensors, torch_device
 
         if threads:
             torch.set_num_threads(threads)
-        if device is None:
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            raise BackendUnavailableError(f"device {device!r} requested but torch has no CUDA device")
+        device = torch_device(device)
         model = self._loaded.model.to(device).eval()
 
         def run(batch: PackedBatch) -> np.ndarray:

@@ -159,6 +159,18 @@ def init_heads(model: PackedCrossEncoder, *, seed: int = 0) -> None:
         model.heads.bias.zero_()
 
 
+def torch_device(name: str | None = None) -> torch.device:
+    """`name` as a torch device; None (or "auto") is CUDA when torch sees a GPU, else the CPU. Asking for CUDA
+    without one raises `BackendUnavailableError`."""
+    from controller.errors import BackendUnavailableError
+
+    if name is None or name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise BackendUnavailableError(f"device {name!r} requested but torch sees no CUDA GPU")
+    return torch.device(name)
+
+
 def to_tensors(arrays: dict[str, Any], device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
     """numpy batch arrays -> torch tensors (shared memory on CPU)."""
     return {name: torch.from_numpy(value).to(device) if device else torch.from_numpy(value) for name, value in arrays.items()}

@@ -97,14 +97,15 @@ class FitConfig:
 
 
 def resolve_device(name: str) -> Any:
-    """The torch device of a `FitConfig.device` name; "auto" is CUDA when torch sees a GPU, else CPU."""
-    import torch
+    """The torch device of a `FitConfig.device` name (`controller.torch_model.torch_device`); ValueError when
+    CUDA is asked for and torch sees no GPU."""
+    from controller.errors import BackendUnavailableError
+    from controller.torch_model import torch_device
 
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} asked for, but torch sees no CUDA GPU")
-    return torch.device(name)
+    try:
+        return torch_device(name)
+    except BackendUnavailableError as error:
+        raise ValueError(str(error)) from error
 
 
 def boost_factors(spec: str) -> dict[str, float]:
