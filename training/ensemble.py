@@ -1,11 +1,13 @@
 """`python -m training ensemble`: candidate relevance of several trained models and of their mean logit.
 
-    python -m training ensemble --data-dir DATA --model-dirs R0/model R1/model R2/model [--base DIR] [--out FILE]
+    python -m training ensemble --data-dir DATA --model-dirs R0/model R1/model R2/model [--base DIR] [--out FILE] [--cosine]
 
 Each model judges the held-out LoCoMo relevance pairs of DATA (`dev.jsonl`); the table gives every model's AUROC
 by kind of negative (`training.relevance_report`) and that of the mean raw logit of all of them. It says how
 much of a recipe's shortfall is seed noise (averaging removes it) and how much is bias (averaging keeps it).
-Nothing is written to the model directories.
+With `--cosine`, each model's logit is also combined with the base bi-encoder's (query, memory) cosine by a
+logistic regression fitted on the calibration split (`training.fusion`). Nothing is written to the model
+directories.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--base", default=None, help="base model directory the models were trained on (default: the installed package)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default=None, help="write the table as JSON here")
+    p.add_argument("--cosine", action="store_true",
+                   help="also fit logit + bi-encoder cosine on the calibration split and score it on dev (training.fusion)")
     p.set_defaults(handler=run)
 
 
@@ -75,17 +79,37 @@ def run(args: argparse.Namespace) -> int:
     from training.sampling import prepare_requests
 
     torch.set_num_threads(args.threads)
-    examples = [e for e in load_examples(Path(args.data_dir), "dev") if e.family == "relevance" and e.source == "locomo"]
-    if not examples:
-        print(f"no LoCoMo relevance examples in {args.data_dir}/dev.jsonl")
+    def relevance(split: str) -> list[Any]:
+        return [e for e in load_examples(Path(args.data_dir), split) if e.family == "relevance" and e.source == "locomo"]
+
+    examples = relevance("dev")
+    calibration = relevance("calibration") if args.cosine else []
+    if not examples or (args.cosine and not calibration):
+        print(f"no LoCoMo relevance examples in {args.data_dir}/dev.jsonl" + (" or calibration.jsonl" if args.cosine else ""))
         return 2
-    requests, _ = prepare_requests(examples, get_tokenizer(args.base))
-    named = {}
+    tokenizer = get_tokenizer(args.base)
+    requests, _ = prepare_requests(examples, tokenizer)
+    calibration_requests = prepare_requests(calibration, tokenizer)[0] if args.cosine else []
+    named, named_calibration = {}, {}
     for directory in args.model_dirs:
         model = load_artifact(directory, base_path=args.base).model
         named[directory] = predict(model, requests).predictions
-    table = ensemble_table(named, examples)
+        if args.cosine:
+            named_calibration[directory] = predict(model, calibration_requests).predictions
+    table: dict[str, Any] = ensemble_table(named, examples)
     print(format_table(table))
+    if args.cosine:
+        from controller.embedding import create_embedder
+        from training.fusion import cosine_fusion, fusion_table
+
+        if len(named) > 1:
+            named["mean logit"] = mean_predictions([named[d] for d in args.model_dirs])
+            named_calibration["mean logit"] = mean_predictions([named_calibration[d] for d in args.model_dirs])
+        embedder = create_embedder("minilm")
+        fused = {name: cosine_fusion(named_calibration[name], calibration, named[name], examples, embedder) for name in named}
+        print()
+        print(fusion_table(fused))
+        table = {"models": table, "cosine_fusion": fused}
     if args.out:
         Path(args.out).write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
     return 0
