@@ -252,7 +252,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                           threads=args.threads, model_dir=args.model_dir, query_k=args.k, oracle_levels=levels)
     print(f"{args.controller} controller, base config {args.config or 'default'}, conversations "
           f"{', '.join(c.sample_id for c in convs)}")
-    print(sweep_table(result.scores, result.relevance_auroc if levels else None))
+    print(sweep_table(result.scores, result.relevance_auroc if levels else None, cost=result))
     return 0
 
 

@@ -91,6 +91,9 @@ class SweepResult:
 
     scores: dict[str, list[QuestionScore]]
     relevance_auroc: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)  # name -> (given, own)
+    # name -> controller questions each query asked (memoised answers still count: the cost a fresh engine pays)
+    questions: dict[str, list[int]] = field(default_factory=dict)
+    stopped: dict[str, dict[str, int]] = field(default_factory=dict)  # name -> stopped_reason -> queries
 
 
 def sweep_read_configs(
@@ -130,6 +133,8 @@ def sweep(
     runs = [(name, None, config) for name, config in configs.items()] if not levels else [
         (f"{name} | {level_name(level)}", level, config) for level in levels for name, config in configs.items()]
     scores: dict[str, list[QuestionScore]] = {name: [] for name, _, _ in runs}
+    asked: dict[str, list[int]] = {name: [] for name, _, _ in runs}
+    stopped: dict[str, dict[str, int]] = {name: {} for name, _, _ in runs}
     judged: dict[str, dict[tuple[str, str, str], tuple[bool, float, float]]] = {name: {} for name, _, _ in runs}
     for conv in conversations:
         engine = Engine(open_store(None, dim=embedder.dim, embedder=embedder.name), client, embedder, base)
@@ -146,8 +151,10 @@ def sweep(
                 oracle = make_oracle(memo, gold, level, seed=oracle_seed, judge=judge) if levels else None
                 engine.controller = oracle or memo
                 for q in questions:
-                    evidence = engine.query(q.question, k=query_k).evidence
-                    values = score_items([Item(tuple(e.source_ids), e.content) for e in evidence], q.evidence)
+                    result = engine.query(q.question, k=query_k)
+                    asked[name].append(result.controller_questions)
+                    stopped[name][result.stopped_reason] = stopped[name].get(result.stopped_reason, 0) + 1
+                    values = score_items([Item(tuple(e.source_ids), e.content) for e in result.evidence], q.evidence)
                     scores[name].append(QuestionScore(conv.sample_id, q.qid, q.category, len(q.evidence), values))
                 if oracle is not None:
                     judged[name].update({(conv.sample_id, *k): v for k, v in oracle.judged.items()})
@@ -160,17 +167,20 @@ def sweep(
         for name, rows in judged.items():
             labels = [y for y, _, _ in rows.values()]
             aurocs[name] = (auroc([g for _, _, g in rows.values()], labels), auroc([o for _, o, _ in rows.values()], labels))
-    return SweepResult(scores, aurocs)
+    return SweepResult(scores, aurocs, asked, stopped)
 
 
 def sweep_table(results: Mapping[str, Sequence[QuestionScore]],
-                relevance_auroc: Mapping[str, tuple[float | None, float | None]] | None = None) -> str:
+                relevance_auroc: Mapping[str, tuple[float | None, float | None]] | None = None,
+                cost: SweepResult | None = None) -> str:
     """Markdown: R_frac@10 (and its difference from the first variant), R_all@10, nDCG@10, multi-hop figures;
-    with `relevance_auroc` (oracle sweeps) also the AUROC of the relevance answers on the pairs judged."""
+    with `relevance_auroc` (oracle sweeps) also the AUROC of the relevance answers on the pairs judged; with
+    `cost` the controller questions per query (mean) and how the queries' rounds ended."""
     extra = relevance_auroc is not None
     head = "| variant | R_frac@10 | vs first | R_all@10 | nDCG@10 | multi-hop R_frac@10 | multi-hop R_all@10 | questions |"
-    lines = [head + (" relevance AUROC (given / controller's own) |" if extra else ""),
-             "|---|---|---|---|---|---|---|---|" + ("---|" if extra else "")]
+    lines = [head + (" relevance AUROC (given / controller's own) |" if extra else "")
+             + (" controller questions / query | rounds ended by |" if cost else ""),
+             "|---|---|---|---|---|---|---|---|" + ("---|" if extra else "") + ("---|---|" if cost else "")]
     first: float | None = None
     for name, scores in results.items():
         frac = _mean(scores, "R_frac@10")
@@ -178,8 +188,15 @@ def sweep_table(results: Mapping[str, Sequence[QuestionScore]],
         lines.append(f"| {name} | {frac:.3f} | {frac - first:+.3f} | {_mean(scores, 'R_all@10'):.3f} | "
                      f"{_mean(scores, 'nDCG@10'):.3f} | {_mean(scores, 'R_frac@10', True):.3f} | "
                      f"{_mean(scores, 'R_all@10', True):.3f} | {len(scores)} |"
-                     + (f" {_fmt(relevance_auroc.get(name, (None, None)))} |" if relevance_auroc is not None else ""))
+                     + (f" {_fmt(relevance_auroc.get(name, (None, None)))} |" if relevance_auroc is not None else "")
+                     + (f" {_cost(cost, name)} |" if cost else ""))
     return "\n".join(lines)
+
+
+def _cost(cost: SweepResult, name: str) -> str:
+    asked = cost.questions.get(name, [])
+    reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(cost.stopped.get(name, {}).items(), key=lambda kv: (-kv[1], kv[0])))
+    return f"{np.mean(asked):.1f} | {reasons or '-'}" if asked else "- | -"
 
 
 def _fmt(pair: tuple[float | None, float | None]) -> str:

@@ -11,7 +11,7 @@ from data.locomo import Conversation
 from memory.config import EngineConfig
 from memory.errors import ConfigError
 from memory.evaluation import EvalConfig, run_locomo
-from memory.evaluation.sweep import READ_PATH_FIELDS, MemoController, sweep_read_configs, sweep_table, variant_configs
+from memory.evaluation.sweep import READ_PATH_FIELDS, MemoController, sweep, sweep_read_configs, sweep_table, variant_configs
 from serving.cli import main
 
 
@@ -55,11 +55,28 @@ def test_the_unchanged_variant_reproduces_the_harness(convs: list[Conversation])
     assert table.splitlines()[2].startswith("| as is |") and "| +0.000 |" in table
 
 
+def test_the_sweep_counts_what_each_variant_asks(convs: list[Conversation]) -> None:
+    result = sweep(convs, SystemOneClient("heuristic"), HashingEmbedder(), EngineConfig(),
+                   {"as is": {}, "no stop": {"ask_stop": False}})
+    asked, stopped = result.questions, result.stopped
+    n = len(result.scores["as is"])
+    assert len(asked["as is"]) == len(asked["no stop"]) == n > 0
+    # the stopping request is the only difference: never more questions without it, fewer in all
+    assert all(b <= a for a, b in zip(asked["as is"], asked["no stop"])) and sum(asked["no stop"]) < sum(asked["as is"])
+    assert sum(stopped["as is"].values()) == sum(stopped["no stop"].values()) == n
+    assert not {"sufficient", "not_useful"} & set(stopped["no stop"])
+    table = sweep_table(result.scores, cost=result)
+    assert "controller questions / query" in table.splitlines()[0]
+    row = next(line for line in table.splitlines() if line.startswith("| no stop |"))
+    assert f"| {sum(asked['no stop']) / n:.1f} |" in row
+    assert "controller questions" not in sweep_table(result.scores)
+
+
 def test_cli_sweep_prints_the_table_and_refuses_write_path_variants(files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     data = str(files[0])
     assert main(["eval", "sweep", "--data", data, "--embedder", "hashing", "--variants", '{"a": {}, "b": {"n_seeds": 2}}']) == 0
     out = capsys.readouterr().out
-    assert "| a |" in out and "| b |" in out
+    assert "| a |" in out and "| b |" in out and "rounds ended by" in out
     assert main(["eval", "sweep", "--data", data, "--embedder", "hashing", "--variants", '{"a": {"candidates_k": 2}}']) == 2
     assert "write-path fields" in capsys.readouterr().err
     assert main(["eval", "sweep", "--data", data, "--embedder", "hashing", "--variants", "[1]"]) == 2
