@@ -24,7 +24,7 @@ from controller.client import SystemOneClient
 from controller.embedding import Embedder
 from data.locomo import Conversation
 from memory.config import EngineConfig
-from memory.control import Controller
+from memory.control import Controller, Usage
 from memory.errors import ConfigError
 from memory.evaluation.harness import _embedder, _engine_config, scored_questions
 from memory.evaluation.metrics import Item, QuestionScore, auroc, score_items
@@ -42,23 +42,38 @@ READ_PATH_FIELDS: frozenset[str] = frozenset({
 
 
 class MemoController(Controller):
-    """A `Controller` that answers a request it has seen before from memory (same state, same questions)."""
+    """A `Controller` that answers a request it has seen before from memory (same state, same questions).
+    `usage()` counts what was sent; `asked()` counts every request made of it, answered from memory or not,
+    which is what an engine without the memo would have sent."""
 
     def __init__(self, client: SystemOneClient) -> None:
         super().__init__(client)
         self._memo: dict[str, Any] = {}
+        self._asked = Usage(0, 0, 0)
+
+    def asked(self) -> Usage:
+        with self._lock:
+            return self._asked
+
+    def _note(self, requests: Sequence[Mapping[str, Any]]) -> None:
+        with self._lock:
+            a = self._asked
+            self._asked = Usage(a.calls + 1, a.requests + len(requests), a.questions + sum(len(q) for q in requests))
 
     @staticmethod
     def _key(state: Mapping[str, Any], questions: Mapping[str, Any]) -> str:
         return json.dumps([state, questions], sort_keys=True, default=str)
 
     def ask(self, state: Mapping[str, Any], questions: Mapping[str, Any]) -> Any:
+        self._note([questions])
         key = self._key(state, questions)
         if key not in self._memo:
             self._memo[key] = super().ask(state, questions)
         return self._memo[key]
 
     def ask_batch(self, requests: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> list[Any]:
+        if requests:
+            self._note([q for _, q in requests])
         keys = [self._key(s, q) for s, q in requests]
         missing = [i for i, k in enumerate(keys) if k not in self._memo]
         if missing:
@@ -91,7 +106,7 @@ class SweepResult:
 
     scores: dict[str, list[QuestionScore]]
     relevance_auroc: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)  # name -> (given, own)
-    # name -> controller questions each query asked (memoised answers still count: the cost a fresh engine pays)
+    # name -> controller questions each query asked (answers from the memo count too: what a fresh engine asks)
     questions: dict[str, list[int]] = field(default_factory=dict)
     stopped: dict[str, dict[str, int]] = field(default_factory=dict)  # name -> stopped_reason -> queries
 
@@ -151,8 +166,9 @@ def sweep(
                 oracle = make_oracle(memo, gold, level, seed=oracle_seed, judge=judge) if levels else None
                 engine.controller = oracle or memo
                 for q in questions:
+                    before = memo.asked().questions
                     result = engine.query(q.question, k=query_k)
-                    asked[name].append(result.controller_questions)
+                    asked[name].append(memo.asked().questions - before)
                     stopped[name][result.stopped_reason] = stopped[name].get(result.stopped_reason, 0) + 1
                     values = score_items([Item(tuple(e.source_ids), e.content) for e in result.evidence], q.evidence)
                     scores[name].append(QuestionScore(conv.sample_id, q.qid, q.category, len(q.evidence), values))
