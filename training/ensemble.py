@@ -66,6 +66,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", default=None, help="write the table as JSON here")
     p.add_argument("--cosine", action="store_true",
                    help="also fit logit + bi-encoder cosine on the calibration split and score it on dev (training.fusion)")
+    p.add_argument("--embedder", choices=("minilm", "hashing"), default="minilm",
+                   help="the cosine's embedder for --cosine (minilm: the installed base model's mean pooling)")
     p.set_defaults(handler=run)
 
 
@@ -79,9 +81,13 @@ def run(args: argparse.Namespace) -> int:
     from training.sampling import prepare_requests
 
     torch.set_num_threads(args.threads)
+
     def relevance(split: str) -> list[Any]:
         return [e for e in load_examples(Path(args.data_dir), split) if e.family == "relevance" and e.source == "locomo"]
 
+    if len(set(args.model_dirs)) != len(args.model_dirs):
+        print("--model-dirs names a directory twice; each model is scored once and averaged once")
+        return 2
     examples = relevance("dev")
     calibration = relevance("calibration") if args.cosine else []
     if not examples or (args.cosine and not calibration):
@@ -105,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         if len(named) > 1:
             named["mean logit"] = mean_predictions([named[d] for d in args.model_dirs])
             named_calibration["mean logit"] = mean_predictions([named_calibration[d] for d in args.model_dirs])
-        embedder = create_embedder("minilm")
+        embedder = create_embedder(args.embedder)
         fused = {name: cosine_fusion(named_calibration[name], calibration, named[name], examples, embedder) for name in named}
         print()
         print(fusion_table(fused))

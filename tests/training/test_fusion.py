@@ -68,3 +68,38 @@ def test_fusion_needs_both_splits() -> None:
     dev_examples, dev = _split("dev", 2)
     with pytest.raises(ValueError, match="calibration and the held-out"):
         cosine_fusion([], [], dev, dev_examples, HashingEmbedder())
+
+
+def test_cli_ensemble_with_cosine_writes_both_tables(tiny_base, tiny_model, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from controller.artifacts import save_artifact
+    from data.schema import write_splits
+    from training.__main__ import main
+
+    cal_examples, _ = _split("calibration", 1)
+    dev_examples, _ = _split("dev", 2)
+    write_splits(tmp_path / "data", [*cal_examples, *dev_examples])
+    import torch
+
+    save_artifact(tiny_model, tmp_path / "m", base_path=tiny_base)
+    with torch.no_grad():
+        tiny_model.heads.bias.add_(0.5)
+        tiny_model.heads.weight.mul_(-1.0)
+    save_artifact(tiny_model, tmp_path / "m2", base_path=tiny_base)
+    out = tmp_path / "table.json"
+    args = ["ensemble", "--data-dir", str(tmp_path / "data"), "--model-dirs", str(tmp_path / "m"), str(tmp_path / "m2"),
+            "--base", str(tiny_base), "--threads", "1", "--cosine", "--embedder", "hashing", "--out", str(out)]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "| mean logit | fused |" in printed
+    table = json.loads(out.read_text())
+    fused = table["cosine_fusion"]
+    assert set(fused) == {str(tmp_path / "m"), str(tmp_path / "m2"), "mean logit"}
+    assert fused["mean logit"]["pairs"] == {"calibration": 48, "heldout": 48}
+    assert fused["mean logit"]["all"]["cosine"] > 0.9  # the hashing cosine sees the shared words
+    assert table["models"]["mean logit"]["all"] == fused["mean logit"]["all"]["model"]
+    twice = [a if a != str(tmp_path / "m2") else str(tmp_path / "m") for a in args]
+    assert main(twice) == 2 and "twice" in capsys.readouterr().out
+    (tmp_path / "data" / "calibration.jsonl").write_text("")
+    assert main(args) == 2 and "calibration.jsonl" in capsys.readouterr().out
