@@ -106,13 +106,13 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(table))
     if args.cosine:
         from controller.embedding import create_embedder
-        from training.fusion import cosine_fusion, fusion_table
+        from training.fusion import cosine_fusion, example_cosines, fusion_table
 
         if len(named) > 1:
             named["mean logit"] = mean_predictions([named[d] for d in args.model_dirs])
             named_calibration["mean logit"] = mean_predictions([named_calibration[d] for d in args.model_dirs])
-        embedder = create_embedder(args.embedder)
-        fused = {name: cosine_fusion(named_calibration[name], calibration, named[name], examples, embedder) for name in named}
+        cosines = example_cosines([*calibration, *examples], create_embedder(args.embedder))  # once for all models
+        fused = {name: cosine_fusion(named_calibration[name], calibration, named[name], examples, cosines=cosines) for name in named}
         print()
         print(fusion_table(fused))
         table = {"models": table, "cosine_fusion": fused}

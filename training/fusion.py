@@ -12,7 +12,7 @@ construction; the fit weighs that in, since the calibration split is mined the s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ from controller.embedding import Embedder
 from data.schema import DecisionExample
 from training.evaluate import auroc
 from training.predict import Prediction
+from training.relevance_report import pair_cosines, relevance_rows
 
 KINDS = ("all", "locomo:bm25", "locomo:dense", "locomo:random", "locomo:bridge")
 
@@ -51,32 +52,29 @@ def fit_logistic(features: np.ndarray, labels: np.ndarray, *, l2: float = 1e-3, 
     return np.r_[coef, w[-1] - float(coef @ mean)]
 
 
-def relevance_rows(predictions: Sequence[Prediction], examples: Sequence[DecisionExample], *,
-                   question: str = "relevant", source: str = "locomo") -> list[tuple[float, DecisionExample]]:
-    """(raw logit, example) for the un-paraphrased `question` of `source` (the pairs `relevance_by_negative` scores)."""
-    by_id = {e.id: e for e in examples}
-    return [(float(p.logits[0]), by_id[p.label.example_id]) for p in predictions
-            if p.family == "relevance" and p.kind == "noul" and p.label.question_name == question and p.label.variant == ""
-            and p.label.example_id in by_id and by_id[p.label.example_id].source == source]
-
-
 def cosine_fusion(
     calibration: Sequence[Prediction],
     calibration_examples: Sequence[DecisionExample],
     heldout: Sequence[Prediction],
     heldout_examples: Sequence[DecisionExample],
-    embedder: Embedder,
+    embedder: Embedder | None = None,
+    *,
+    cosines: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """{"weights": {"logit", "cosine", "intercept"}, "pairs": {"calibration", "heldout"},
-    kind: {"model", "cosine", "fused"} AUROC on the held-out pairs for each negative kind of `KINDS`}."""
+    kind: {"model", "cosine", "fused"} AUROC on the held-out pairs for each negative kind of `KINDS`}.
+    The cosines come from `embedder`, or from `cosines` (example id -> cosine, `example_cosines`) when several
+    models are scored on the same examples."""
     fit_rows, test_rows = relevance_rows(calibration, calibration_examples), relevance_rows(heldout, heldout_examples)
     if not fit_rows or not test_rows:
         raise ValueError("cosine fusion needs LoCoMo relevance predictions on both the calibration and the held-out split")
+    if cosines is None:
+        if embedder is None:
+            raise ValueError("cosine fusion needs an embedder or precomputed cosines")
+        cosines = example_cosines([e for _, e in fit_rows + test_rows], embedder)
 
-    def columns(rows: list[tuple[float, DecisionExample]]) -> tuple[np.ndarray, np.ndarray]:
-        q = np.asarray(embedder.embed([str(e.state["query"]) for _, e in rows]))
-        m = np.asarray(embedder.embed([str(e.state["memory"]) for _, e in rows]))
-        x = np.c_[[z for z, _ in rows], (q * m).sum(axis=1)]
+    def columns(rows: list[tuple[Prediction, DecisionExample]]) -> tuple[np.ndarray, np.ndarray]:
+        x = np.c_[[float(p.logits[0]) for p, _ in rows], [cosines[e.id] for _, e in rows]]
         return x, np.array([float(e.target) >= 0.5 for _, e in rows])  # type: ignore[arg-type]
 
     x_fit, y_fit = columns(fit_rows)
@@ -91,6 +89,12 @@ def cosine_fusion(
         labels = y[keep].astype(int).tolist()
         out[kind] = {name: _rounded(auroc(s[keep].tolist(), labels)) for name, s in scores.items()}
     return out
+
+
+def example_cosines(examples: Sequence[DecisionExample], embedder: Embedder) -> dict[str, float]:
+    """Example id -> the embedder's (query, memory) cosine, each distinct example embedded once."""
+    unique = list({e.id: e for e in examples}.values())
+    return {e.id: float(c) for e, c in zip(unique, pair_cosines(unique, embedder))} if unique else {}
 
 
 def fusion_table(named: dict[str, dict[str, Any]]) -> str:
@@ -108,4 +112,4 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(float(value), 4)
 
 
-__all__ = ["KINDS", "cosine_fusion", "fit_logistic", "fusion_table", "relevance_rows"]
+__all__ = ["KINDS", "cosine_fusion", "example_cosines", "fit_logistic", "fusion_table"]

@@ -38,18 +38,11 @@ def relevance_by_negative(
     source: str = "locomo",
 ) -> dict[str, dict[str, Any]]:
     """{negative kind | "all" | "per_query": {"positives", "negatives", "model", "cosine"}}; {} without data."""
-    by_id = {e.id: e for e in examples}
-    rows = [(p, by_id[p.label.example_id]) for p in predictions
-            if p.family == "relevance" and p.kind == "noul" and p.label.question_name == question
-            and p.label.variant == "" and p.label.example_id in by_id and by_id[p.label.example_id].source == source]
+    rows = relevance_rows(predictions, examples, question=question, source=source)
     if not rows:
         return {}
     model = np.array([float(p.logits[0]) for p, _ in rows])
-    cosine = None
-    if embedder is not None:
-        q = embedder.embed([str(e.state["query"]) for _, e in rows])
-        m = embedder.embed([str(e.state["memory"]) for _, e in rows])
-        cosine = (np.asarray(q) * np.asarray(m)).sum(axis=1)
+    cosine = pair_cosines([e for _, e in rows], embedder) if embedder is not None else None
     length = np.array([float(len(str(e.state["memory"]))) for _, e in rows])
     positive = np.array([float(e.target) >= 0.5 for _, e in rows])  # type: ignore[arg-type]
     kinds = sorted({e.notes or "unmarked" for (_, e), pos in zip(rows, positive) if not pos})
@@ -71,6 +64,22 @@ def relevance_by_negative(
                         "length": _mean_auroc(length, positive, mixed)}
     out["same_memory"] = same_memory_share(model, [str(e.state["memory"]) for _, e in rows])
     return out
+
+
+def relevance_rows(predictions: Sequence[Prediction], examples: Sequence[DecisionExample], *,
+                   question: str = "relevant", source: str = "locomo") -> list[tuple[Prediction, DecisionExample]]:
+    """(prediction, example) for the un-paraphrased Noul `question` of the relevance family from `source`."""
+    by_id = {e.id: e for e in examples}
+    return [(p, by_id[p.label.example_id]) for p in predictions
+            if p.family == "relevance" and p.kind == "noul" and p.label.question_name == question
+            and p.label.variant == "" and p.label.example_id in by_id and by_id[p.label.example_id].source == source]
+
+
+def pair_cosines(examples: Sequence[DecisionExample], embedder: Embedder) -> np.ndarray:
+    """The embedder's cosine of each example's (state.query, state.memory), in order."""
+    q = embedder.embed([str(e.state["query"]) for e in examples])
+    m = embedder.embed([str(e.state["memory"]) for e in examples])
+    return (np.asarray(q) * np.asarray(m)).sum(axis=1)
 
 
 def same_memory_share(logits: np.ndarray, memories: Sequence[str]) -> dict[str, Any]:
