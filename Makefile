@@ -34,7 +34,7 @@ train: $(STAMP)
 	OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m training all \
 		--locomo $(or $(LOCOMO),../shared/data/locomo/locomo_dev6.json) \
 		--audit $(or $(LOCOMO_AUDIT),../shared/data/locomo/locomo_audit_dev6.json) \
-		--run-dir runs/jevmem-minilm --steps 700 --family-power 1.0 --max-minutes 55 $(TRAIN_ARGS)
+		--run-dir runs/jevmem-minilm --steps 850 --family-power 1.0 --family-boost relevance=3 --max-minutes 55 $(TRAIN_ARGS)
 
 clean:
 	rm -rf $(VENV) .cache
