@@ -67,11 +67,18 @@ class LoadedModel:
     trained: bool
 
 
-def add_lora(model: PackedCrossEncoder, *, r: int = 8, alpha: int = 16, dropout: float = 0.05) -> PackedCrossEncoder:
-    """Wrap the encoder with a peft LoRA adapter on query / key / value / dense (heads stay plain modules)."""
+def add_lora(model: PackedCrossEncoder, *, r: int = 8, alpha: int = 16, dropout: float = 0.05, top_layers: int = 0) -> PackedCrossEncoder:
+    """Wrap the encoder with a peft LoRA adapter on query / key / value / dense (heads stay plain modules).
+
+    `top_layers` > 0 adapts only the top that many encoder layers: nothing below them needs a gradient, so a
+    training step skips their backward pass (0: every layer, and the pooler's dense if the encoder has one)."""
     from peft import LoraConfig, get_peft_model
 
-    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(LORA_TARGETS), bias="none")
+    n_layers = int(model.bert.config.num_hidden_layers)
+    if not 0 <= top_layers <= n_layers:
+        raise ValueError(f"top_layers must lie in [0, {n_layers}], got {top_layers}")
+    layers = {"layers_to_transform": list(range(n_layers - top_layers, n_layers)), "layers_pattern": "layer"} if top_layers else {}
+    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(LORA_TARGETS), bias="none", **layers)
     with _quiet_peft():
         model.bert = get_peft_model(model.bert, config)
     return model

@@ -22,7 +22,7 @@ from training.pipeline import STAGES, PipelineConfig, run_all, run_stage
 from training.trainer import DROPOUT_KINDS, FitConfig
 
 _FIT_FLAGS = ("steps", "tokens_per_step", "max_batch_tokens", "lr", "head_lr", "weight_decay", "warmup", "grad_clip", "family_power", "family_boost",
-              "npair_fraction", "attention_dropout", "dropout", "lora_r", "lora_alpha", "lora_dropout", "seed", "threads", "checkpoint_every", "max_minutes", "device")
+              "npair_fraction", "attention_dropout", "dropout", "lora_r", "lora_alpha", "lora_dropout", "lora_layers", "seed", "threads", "checkpoint_every", "max_minutes", "device")
 
 
 def _common(p: argparse.ArgumentParser) -> None:

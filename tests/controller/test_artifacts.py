@@ -94,6 +94,30 @@ def test_lora_adapter_is_saved_small_and_merged_on_load(tiny_base_dir, tokenizer
     assert np.abs(_logits(loaded.model, tokenizer) - expected).max() < 1e-5
 
 
+def test_lora_on_top_layers_only_round_trips_and_leaves_lower_layers_without_gradients(tiny_base_dir, tokenizer, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    model = add_lora(PackedCrossEncoder.from_base(tiny_base_dir), top_layers=1)
+    n_layers = model.bert.config.num_hidden_layers
+    assert n_layers >= 2
+    adapted = {int(n.split("layer.")[1].split(".")[0]) for n, _ in model.named_parameters() if "lora_" in n}
+    assert adapted == {n_layers - 1}
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.2, generator=torch.Generator().manual_seed(5))
+    model.train()
+    _logits_train = model(**to_tensors(make_batches([tokenize_request(BackendRequest(pair_state(), tuple(normalize_questions(family_questions("pair")).values())), tokenizer)])[0][0].arrays()))
+    _logits_train.sum().backward()
+    grads = {n for n, p in model.named_parameters() if p.grad is not None}
+    assert grads and all("heads" in n or f"layer.{n_layers - 1}." in n for n in grads)
+    model.eval()
+    expected = _logits(model, tokenizer)
+    save_artifact(model, tmp_path / "top", ArtifactMeta(name="tiny-top"), base_path=tiny_base_dir)
+    loaded = load_artifact(tmp_path / "top", base_path=tiny_base_dir)
+    assert np.abs(_logits(loaded.model, tokenizer) - expected).max() < 1e-5
+    with pytest.raises(ValueError, match="top_layers"):
+        add_lora(PackedCrossEncoder.from_base(tiny_base_dir), top_layers=n_layers + 1)
+
+
 def test_adapter_on_other_base_weights_is_refused(tiny_base_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]
     save_artifact(add_lora(PackedCrossEncoder.from_base(tiny_base_dir)), tmp_path / "a", base_path=tiny_base_dir)
     other = tmp_path / "other-base"

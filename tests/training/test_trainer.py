@@ -75,7 +75,8 @@ def test_fit_config_validates_and_round_trips() -> None:
     assert config.fingerprint() == FitConfig(steps=10, lr=1e-3, threads=1, checkpoint_every=3).fingerprint()
     assert config.fingerprint() != FitConfig(steps=11, lr=1e-3).fingerprint()
     assert config.fingerprint() == FitConfig(steps=10, lr=1e-3, device="cpu").fingerprint()  # a run resumes on another device
-    for bad in (dict(steps=0), dict(lr=0.0), dict(npair_fraction=1.5), dict(weight_decay=-1.0), dict(device="tpu"), dict(device="cuda:x")):
+    assert config.fingerprint() != FitConfig(steps=10, lr=1e-3, lora_layers=3).fingerprint()
+    for bad in (dict(steps=0), dict(lora_layers=-1), dict(lr=0.0), dict(npair_fraction=1.5), dict(weight_decay=-1.0), dict(device="tpu"), dict(device="cuda:x")):
         with pytest.raises(ValueError):
             FitConfig(**bad)  # type: ignore[arg-type]
 
