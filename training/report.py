@@ -144,6 +144,13 @@ def _acceptance_lines(acc: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _lora_text(config: dict[str, Any]) -> str:
+    """The adapter as the fit configured it: rank, alpha, dropout, modules and the layers it covers."""
+    layers = int(config.get("lora_layers") or 0)
+    where = f"the top {layers} layers' query/key/value/dense" if layers else "query/key/value/dense"
+    return f"r={config.get('lora_r', 8)}, alpha={config.get('lora_alpha', 16)}, dropout {config.get('lora_dropout', 0.1)} on {where}"
+
+
 def model_card(metrics: dict[str, Any], command: str) -> str:
     from training.relevance_report import relevance_table
 
@@ -155,7 +162,7 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         f"# {m.get('name')} {m.get('version')}",
         "",
         "Local System One controller for Jev-Mem: the packed MiniLM-L6 cross-encoder (sentence-transformers/all-MiniLM-L6-v2, "
-        "6 layers, 384 hidden) with a LoRA adapter (r=8, alpha=16, dropout 0.1 on query/key/value/dense) and a fully trained "
+        f"6 layers, 384 hidden) with a LoRA adapter ({_lora_text(fit.get('config') or {})}) and a fully trained "
         "3-way readout head (Noul / Choice option / Score level), temperature-calibrated per question kind and option count, "
         "with a temperature of its own for each Jev-Mem catalogue family, and each catalogue question, that has enough "
         "calibration data (a question's own only where it beats its family's across data sources), and a Noul bias "

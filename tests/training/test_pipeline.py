@@ -55,6 +55,7 @@ def test_the_model_directory_is_small_and_loadable(pipeline_run) -> None:  # typ
     card = (cfg.model / "MODEL_CARD.md").read_text()
     assert "CC BY-NC" in card and "No outputs of Jev" in card and "| all |" in card
     assert "wall-clock per stage: build_data " in card and ", export " in card and "min in all" in card
+    assert "LoRA adapter (r=8, alpha=16, dropout 0.1 on query/key/value/dense)" in card  # as the fit configured it
     assert json.loads((cfg.model / "metrics.json").read_text())["total_seconds"] > 0
 
 
@@ -150,3 +151,10 @@ def test_the_model_card_names_the_conversations_each_split_used() -> None:
     fewer = _locomo_use({"locomo_conversations": {"dev": ["conv-26", "conv-30"], "train": ["conv-42"], "calibration": ["conv-44"]}})
     assert fewer.startswith("Training used conv-42; calibration conv-44; held-out dev") and "synthetic data alone" not in fewer
     assert "synthetic data alone" in _locomo_use({"locomo_conversations": {"dev": ["conv-26"], "train": ["conv-41", "conv-44"]}})
+
+
+def test_the_card_names_the_layers_a_partial_adapter_covers() -> None:
+    from training.report import _lora_text
+
+    assert _lora_text({"lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.0, "lora_layers": 3}) == (
+        "r=4, alpha=8, dropout 0.0 on the top 3 layers' query/key/value/dense")
