@@ -145,10 +145,13 @@ def _acceptance_lines(acc: dict[str, Any]) -> list[str]:
 
 
 def _lora_text(config: dict[str, Any]) -> str:
-    """The adapter as the fit configured it: rank, alpha, dropout, modules and the layers it covers."""
-    layers = int(config.get("lora_layers") or 0)
-    where = f"the top {layers} layers' query/key/value/dense" if layers else "query/key/value/dense"
-    return f"r={config.get('lora_r', 8)}, alpha={config.get('lora_alpha', 16)}, dropout {config.get('lora_dropout', 0.1)} on {where}"
+    """The adapter as the fit configured it (`FitConfig` defaults for what the record lacks): rank, alpha,
+    dropout, modules and the layers it covers."""
+    from training.trainer import FitConfig
+
+    fit = FitConfig.from_json(config)
+    where = f"the top {fit.lora_layers} layers' query/key/value/dense" if fit.lora_layers else "query/key/value/dense"
+    return f"r={fit.lora_r}, alpha={fit.lora_alpha}, dropout {fit.lora_dropout} on {where}"
 
 
 def model_card(metrics: dict[str, Any], command: str) -> str:

@@ -19,11 +19,15 @@ from controller.torch_model import PackedCrossEncoder, to_tensors
 from tests.controller.conftest import pair_state
 
 
-def _logits(model, tokenizer) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _pair_inputs(tokenizer) -> dict:  # type: ignore[no-untyped-def]
     tok = tokenize_request(BackendRequest(pair_state(), tuple(normalize_questions(family_questions("pair")).values())), tokenizer)
     (batch,), _ = make_batches([tok])
+    return to_tensors(batch.arrays())
+
+
+def _logits(model, tokenizer) -> np.ndarray:  # type: ignore[no-untyped-def]
     with torch.inference_mode():
-        return model(**to_tensors(batch.arrays())).numpy()
+        return model(**_pair_inputs(tokenizer)).numpy()
 
 
 def test_full_weights_round_trip(tiny_artifact, _tiny_model, tokenizer) -> None:  # type: ignore[no-untyped-def]
@@ -105,8 +109,7 @@ def test_lora_on_top_layers_only_round_trips_and_leaves_lower_layers_without_gra
             if "lora_B" in name:
                 p.normal_(0, 0.2, generator=torch.Generator().manual_seed(5))
     model.train()
-    _logits_train = model(**to_tensors(make_batches([tokenize_request(BackendRequest(pair_state(), tuple(normalize_questions(family_questions("pair")).values())), tokenizer)])[0][0].arrays()))
-    _logits_train.sum().backward()
+    model(**_pair_inputs(tokenizer)).sum().backward()
     grads = {n for n, p in model.named_parameters() if p.grad is not None}
     assert grads and all("heads" in n or f"layer.{n_layers - 1}." in n for n in grads)
     model.eval()
