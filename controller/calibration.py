@@ -104,6 +104,11 @@ class Calibration:
             return (float(_sigmoid(z[0] + self.bias(kind, family))),)
         return tuple(float(p) for p in _softmax(z))
 
+    def for_family(self, family: str) -> Calibration:
+        """The calibration for questions of `family` (a training-side family name): this one. A model with
+        family specialists evaluates through a subclass that returns the specialist's (`training.specialist`)."""
+        return self
+
     def to_json(self) -> dict[str, Any]:
         return {"format": FORMAT, "model_hash": self.model_hash, "temperatures": dict(sorted(self.temperatures.items())),
                 "family_temperatures": dict(sorted(self.family_temperatures.items())),

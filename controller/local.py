@@ -4,6 +4,9 @@
     backend = LocalBackend.load(dir, runtime="torch", encoding="npair")
     backend = LocalBackend.load(overflow="truncate_state")  # cut an over-long state to fit, reported per result
 
+A model directory with family specialists (`controller.specialists`) loads each as a sub-backend with the same
+options; a request whose questions all belong to a specialist's family is answered by it.
+
 All requests of one `answer` call are tokenized, split into rows, sorted by length and run as padded
 micro-batches; the masking makes every answer independent of that grouping. `input_tokens` is the number of
 tokens the model read for the request (padding excluded; for `npair` the state is counted once per row).
@@ -15,6 +18,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
@@ -24,6 +28,7 @@ from controller.backend import BackendRequest, BackendResult, ModelInfo
 from controller.errors import BackendUnavailableError
 from controller.families import catalogue_key
 from controller.packing import Encoding, PackedBatch, make_batches, rows_tokens
+from controller.specialists import combined_hash, load_specialists, request_family
 from controller.template import (
     DEFAULT_MAX_REQUEST_TOKENS,
     DEFAULT_MAX_SEQUENCE_TOKENS,
@@ -57,6 +62,8 @@ class LocalBackend:
         max_padding: float = 0.1,
         spinning: bool = True,
         overflow: Overflow = "refuse",
+        specialists: Mapping[str, LoadedModel] | None = None,
+        lock: threading.Lock | None = None,
     ) -> None:
         if runtime not in ("onnx", "torch"):
             raise ValueError(f"runtime must be 'onnx' or 'torch', not {runtime!r}")
@@ -71,13 +78,19 @@ class LocalBackend:
             raise ValueError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}, not {overflow!r}")
         self._limits: dict[str, Any] = {"max_request_tokens": max_request_tokens, "overflow": overflow}
         self._batching = {"max_sequence_tokens": max_sequence_tokens, "max_batch_tokens": max_batch_tokens, "max_padding": max_padding}
-        self._lock = threading.Lock()
+        self._lock = lock or threading.Lock()  # shared with the specialists: one inference at a time in all
         self.graph: Any = None
         if runtime == "torch":
             self._run = self._torch_runner(threads, device)
         else:
             self._run = self._onnx_runner(threads, device, quantize, export_method, spinning)
-        suffix = f" [{runtime}/{encoding}{'/int8' if self.quantized else ''}]"
+        options = {"runtime": runtime, "encoding": encoding, "quantize": quantize, "threads": threads, "device": device,
+                   "export_method": export_method, "max_request_tokens": max_request_tokens, "max_sequence_tokens": max_sequence_tokens,
+                   "max_batch_tokens": max_batch_tokens, "max_padding": max_padding, "spinning": spinning, "overflow": overflow}
+        self._specialists = {family: LocalBackend(sub, lock=self._lock, **options) for family, sub in (specialists or {}).items()}
+        self._hash = combined_hash(loaded.model_hash, {f: s._loaded for f, s in self._specialists.items()})
+        extra = "".join(f" +{family} specialist" for family in sorted(self._specialists))
+        suffix = f" [{runtime}/{encoding}{'/int8' if self.quantized else ''}{extra}]"
         self._info = ModelInfo(loaded.info.name, loaded.info.description + suffix, loaded.info.release_date)
 
     @classmethod
@@ -105,6 +118,7 @@ class LocalBackend:
             loaded = load_untrained(base_path)
         else:
             loaded = load_artifact(model_dir, base_path=base_path)
+            options.setdefault("specialists", load_specialists(model_dir, base_path=base_path))
         return cls(loaded, runtime=runtime, encoding=encoding, quantize=quantize, threads=threads, device=device, **options)
 
     @property
@@ -113,7 +127,13 @@ class LocalBackend:
 
     @property
     def model_hash(self) -> str:
-        return self._loaded.model_hash
+        """The artifact hash, combined with the specialists' when there are any."""
+        return self._hash
+
+    @property
+    def specialists(self) -> tuple[str, ...]:
+        """The families answered by a specialist."""
+        return tuple(sorted(self._specialists))
 
     @property
     def trained(self) -> bool:
@@ -124,6 +144,20 @@ class LocalBackend:
         (unless the `truncate_state` overflow policy can cut its state to fit: `truncated_tokens` says so)."""
         if not requests:
             return []
+        if not self._specialists:
+            return self._answer_own(requests)
+        routes: dict[str | None, list[int]] = {}
+        for i, request in enumerate(requests):
+            family = request_family(request.questions)
+            routes.setdefault(family if family in self._specialists else None, []).append(i)
+        results: list[BackendResult | None] = [None] * len(requests)
+        for family, indices in routes.items():
+            backend = self if family is None else self._specialists[family]
+            for i, result in zip(indices, backend._answer_own([requests[i] for i in indices])):
+                results[i] = result
+        return [r for r in results if r is not None]
+
+    def _answer_own(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
         tokenized = [tokenize_request(r, self._tokenizer, **self._limits) for r in requests]
         batches, readout = make_batches(tokenized, encoding=self.encoding, **self._batching)
         logits = [self._run(b) for b in batches]
@@ -141,6 +175,8 @@ class LocalBackend:
         return self._run(batch)
 
     def close(self) -> None:
+        for specialist in self._specialists.values():
+            specialist.close()
         self._run = _closed
         self.graph = None
 

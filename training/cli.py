@@ -2,6 +2,7 @@
 
     python -m training all --locomo PATH --audit PATH            # = make train
     python -m training fit --steps 1500 [--resume]
+    python -m training fit-specialist --specialist relevance --specialist-steps 1000 [--resume]
     python -m training evaluate --model-dir DIR
 
 Every command takes the same run / model / data directories (see `training.pipeline.PipelineConfig`);
@@ -17,6 +18,7 @@ import sys
 from dataclasses import fields
 from typing import Any
 
+from controller.families import FAMILIES
 from training.data_cli import conversation_ids
 from training.pipeline import STAGES, PipelineConfig, run_all, run_stage
 from training.trainer import DROPOUT_KINDS, FitConfig
@@ -41,15 +43,22 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-states", type=int, default=PipelineConfig.eval_states, help="held-out states per source and family (0: all)")
     p.add_argument("--robust-states", type=int, default=PipelineConfig.robust_states)
     p.add_argument("--npair-states", type=int, default=PipelineConfig.npair_states)
+    p.add_argument("--specialist", default=PipelineConfig.specialist, choices=("", *FAMILIES),
+                   help="a family answered by its own adapter, fitted on that family alone (default none)")
+    p.add_argument("--specialist-steps", type=int, default=PipelineConfig.specialist_steps)
+    p.add_argument("--specialist-lora-layers", type=int, default=PipelineConfig.specialist_lora_layers,
+                   help="LoRA on the specialist's top N encoder layers only (0: all)")
+    p.add_argument("--specialist-max-minutes", type=float, default=PipelineConfig.specialist_max_minutes,
+                   help="stop the specialist's fit after this many minutes (0: no limit)")
     p.add_argument("--calibration-bias", action=argparse.BooleanOptionalAction, default=PipelineConfig.calibration_bias,
                    help="fit a Noul bias beside each temperature where it survives cross-validation across sources (default on)")
 
 
 def add_parser(sub: Any) -> None:
-    for stage in ("fit", "calibrate", "evaluate", "export"):
-        p = sub.add_parser(stage, help=f"pipeline stage: {stage}")
+    for stage in ("fit", "fit_specialist", "calibrate", "evaluate", "export"):
+        p = sub.add_parser(stage.replace("_", "-"), help=f"pipeline stage: {stage}")
         _common(p)
-        if stage == "fit":
+        if stage in ("fit", "fit_specialist"):
             p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
         p.set_defaults(handler=run, stage=stage)
     p = sub.add_parser("all", help="build data -> fit -> calibrate -> evaluate -> export (make train)")
@@ -82,6 +91,8 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
         run_dir=args.run_dir, model_dir=args.model_dir, data_dir=args.data_dir, base_path=args.base, fit=fit,
         noul_as_choice_rate=args.noul_as_choice_rate, calibration_states=args.calibration_states, eval_states=args.eval_states,
         robust_states=args.robust_states, npair_states=args.npair_states, calibration_bias=args.calibration_bias,
+        specialist=args.specialist, specialist_steps=args.specialist_steps, specialist_lora_layers=args.specialist_lora_layers,
+        specialist_max_minutes=args.specialist_max_minutes,
         progress=not args.no_progress, command=command, **extra,
     )
 
@@ -92,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         metrics = run_all(cfg, skip_data=args.skip_data, resume=args.resume)
         print(json.dumps({"stages_seconds": metrics.get("stages_seconds"), "acceptance": metrics.get("acceptance")}, indent=1))
         return 0
-    summary = run_stage(cfg, args.stage, **({"resume": args.resume} if args.stage == "fit" else {}))
+    summary = run_stage(cfg, args.stage, **({"resume": args.resume} if args.stage in ("fit", "fit_specialist") else {}))
     print(json.dumps(summary, indent=1, default=str)[:4000])
     return 0
 

@@ -5,7 +5,8 @@
 
 Stages read and write files only, so each also runs alone (`python -m training fit|calibrate|evaluate|export`):
 data -> `run_dir/data/*.jsonl`; fit -> the model directory (adapter + heads + config, identity calibration)
-with checkpoints and loss logs under `run_dir`; calibrate -> `model_dir/calibration.json`; evaluate ->
+with checkpoints and loss logs under `run_dir`; fit_specialist -> the configured family's specialist under
+the model directory (or removes a stale one); calibrate -> `model_dir/calibration.json`; evaluate ->
 `run_dir/evaluation.json` + reliability diagrams; export -> `run_dir/model.onnx` + a parity check.
 After each stage `metrics.json` and `MODEL_CARD.md` in the model directory are rewritten from the records.
 """
@@ -24,7 +25,7 @@ from training.report import record_stage, write_json, write_report
 from training.trainer import FitConfig
 
 log = logging.getLogger(__name__)
-STAGES: tuple[str, ...] = ("build_data", "fit", "calibrate", "evaluate", "export")
+STAGES: tuple[str, ...] = ("build_data", "fit", "fit_specialist", "calibrate", "evaluate", "export")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,12 @@ class PipelineConfig:
     calibration_conversations: tuple[str, ...] = ("conv-44",)  # LoCoMo conversations held out for calibration
     base_path: str | None = None  # default: the installed MiniLM package
     fit: FitConfig = field(default_factory=FitConfig)
+    # A family answered by its own adapter (`training.specialist`); "" for none. It is fitted on that family's
+    # training examples alone with the main fit's settings, except these three.
+    specialist: str = ""
+    specialist_steps: int = 1000
+    specialist_lora_layers: int = 0  # 0: every layer
+    specialist_max_minutes: float = 0.0
     max_questions: int = 8  # questions per packed training request
     noul_as_choice_rate: float = 0.05  # training Nouls also asked as the equivalent yes/no Choice
     calibration_states: int = 0  # calibration-split states per family (0: all)
@@ -122,7 +129,9 @@ def stage_fit(cfg: PipelineConfig, *, resume: bool = False) -> dict[str, Any]:
     from controller.torch_model import PackedCrossEncoder
     from training.sampling import prepare_requests
 
-    requests, report = prepare_requests(split_examples(cfg, "train"), tokenizer(cfg), max_questions=cfg.max_questions,
+    # a family with a specialist of its own is left to it: the main adapter's steps go to the others
+    examples = [e for e in split_examples(cfg, "train") if e.family != cfg.specialist]
+    requests, report = prepare_requests(examples, tokenizer(cfg), max_questions=cfg.max_questions,
                                         noul_as_choice_rate=cfg.noul_as_choice_rate, seed=cfg.fit.seed)
     from training.trainer import fit
 
@@ -132,6 +141,59 @@ def stage_fit(cfg: PipelineConfig, *, resume: bool = False) -> dict[str, Any]:
     for stale in ("reliability.png",):
         (cfg.model / stale).unlink(missing_ok=True)
     return {"config": cfg.fit.to_json(), **asdict(result), "artifact_hash": digest, "requests": asdict(report)}
+
+
+def stage_fit_specialist(cfg: PipelineConfig, *, resume: bool = False) -> dict[str, Any]:
+    """Fit the configured family's specialist; with none configured, remove any the model directory holds."""
+    import shutil
+
+    from controller.specialists import write_index
+    from training.sampling import prepare_requests
+    from training.specialist import SPECIALIST_DIR, fit_specialist, specialist_fit_config
+
+    if not cfg.specialist:
+        write_index(cfg.model, {})
+        shutil.rmtree(cfg.model / SPECIALIST_DIR, ignore_errors=True)
+        return {"family": None}
+    from controller.families import FAMILIES
+
+    if cfg.specialist not in FAMILIES:
+        raise PipelineError(f"unknown specialist family {cfg.specialist!r}; families: {', '.join(FAMILIES)}")
+    if not (cfg.model / "config.json").exists():
+        raise PipelineError(f"no model directory at {cfg.model}: run the fit stage first")
+    examples = [e for e in split_examples(cfg, "train") if e.family == cfg.specialist]
+    requests, _ = prepare_requests(examples, tokenizer(cfg), max_questions=cfg.max_questions,
+                                   noul_as_choice_rate=cfg.noul_as_choice_rate, seed=cfg.fit.seed)
+    config = specialist_fit_config(cfg.fit, steps=cfg.specialist_steps, lora_layers=cfg.specialist_lora_layers,
+                                   max_minutes=cfg.specialist_max_minutes)
+    return fit_specialist(requests, config, cfg.run / f"fit-{cfg.specialist}", cfg.model, cfg.specialist,
+                          base_path=cfg.base_path, resume=resume, progress=cfg.progress)
+
+
+def load_specialists(cfg: PipelineConfig) -> dict[str, Any]:
+    """The model directory's specialists by family, on the fit's device."""
+    from controller.specialists import load_specialists as load
+    from training.trainer import resolve_device
+
+    loaded = load(cfg.model, base_path=cfg.base_path)
+    for sub in loaded.values():
+        sub.model.to(resolve_device(cfg.fit.device))
+    return loaded
+
+
+def predict_routed(cfg: PipelineConfig, loaded: Any, specialists: dict[str, Any], requests: list[Any], desc: str) -> Any:
+    """Predictions for `requests`, each from the model that serves it (a specialist for its family's requests),
+    in one `PredictRun` (predictions grouped by model)."""
+    from training.predict import PredictRun, predict
+    from training.specialist import split_requests
+
+    runs, rest = [], list(requests)
+    for family, sub in specialists.items():
+        rest, own = split_requests(rest, family)
+        runs.append(predict(sub.model, own, progress=cfg.progress, desc=f"{desc} ({family})"))
+    runs.append(predict(loaded.model, rest, progress=cfg.progress, desc=desc))
+    return PredictRun([p for r in runs for p in r.predictions], sum(r.seconds for r in runs), sum(r.requests for r in runs),
+                      sum(r.tokens for r in runs))
 
 
 def load_model(cfg: PipelineConfig) -> Any:
@@ -153,23 +215,37 @@ def load_model_for_inference(cfg: PipelineConfig) -> Any:
 
 
 def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
+    """Temperatures (and biases) for the main model on the calibration requests it serves, and for each
+    specialist on its family's."""
     import torch
 
     from controller.calibration import save_calibration
+    from controller.specialists import read_index
     from training.calibrate import calibrate_predictions
     from training.predict import predict
     from training.sampling import cap_states, prepare_requests
+    from training.specialist import split_requests
 
     torch.set_num_threads(cfg.fit.threads)
-    (cfg.model / "calibration.json").unlink(missing_ok=True)  # refitting: the old one may belong to another hash
-    loaded = load_model_for_inference(cfg)
+    targets = [cfg.model, *(cfg.model / e["path"] for e in read_index(cfg.model).values())]
+    for target in targets:  # refitting: the old ones may belong to other hashes
+        (target / "calibration.json").unlink(missing_ok=True)
+    loaded, specialists = load_model_for_inference(cfg), load_specialists(cfg)
     examples = cap_states(split_examples(cfg, "calibration"), cfg.calibration_states, seed=cfg.fit.seed, by_source=False)
     requests, _ = prepare_requests(examples, tokenizer(cfg), max_questions=cfg.max_questions)
+    summary: dict[str, Any] = {}
+    for family, sub in specialists.items():
+        requests, own = split_requests(requests, family)
+        run = predict(sub.model, own, progress=cfg.progress, desc=f"calibrate ({family})")
+        result = calibrate_predictions(run.predictions, sub.model_hash, bias=cfg.calibration_bias)
+        save_calibration(result.calibration, cfg.model / read_index(cfg.model)[family]["path"] / "calibration.json")
+        summary[f"specialist:{family}"] = {"examples": len(run.predictions), "nll_before": result.nll_before,
+                                           "nll_after": result.nll_after, "predict_seconds": round(run.seconds, 2)}
     run = predict(loaded.model, requests, progress=cfg.progress, desc="calibrate")
     result = calibrate_predictions(run.predictions, loaded.model_hash, bias=cfg.calibration_bias)
     save_calibration(result.calibration, cfg.model / "calibration.json")
     return {"examples": len(run.predictions), "nll_before": result.nll_before, "nll_after": result.nll_after,
-            "predict_seconds": round(run.seconds, 2)}
+            "predict_seconds": round(run.seconds, 2), **summary}
 
 
 def stage_evaluate(cfg: PipelineConfig) -> dict[str, Any]:
@@ -177,13 +253,13 @@ def stage_evaluate(cfg: PipelineConfig) -> dict[str, Any]:
 
     from controller.embedding import create_embedder
     from training.evaluate import base_rates, metric_table, plot_reliability
-    from training.predict import predict
     from training.relevance_report import relevance_by_negative
     from training.robustness import noul_choice_check, npair_check, option_order_check, sample_states, wording_check
     from training.sampling import cap_states, prepare_requests
+    from training.specialist import RoutedCalibration
 
     torch.set_num_threads(cfg.fit.threads)
-    loaded = load_model_for_inference(cfg)
+    loaded, specialists = load_model_for_inference(cfg), load_specialists(cfg)
     tok = tokenizer(cfg)
     held = cap_states(heldout_examples(cfg), cfg.eval_states, seed=cfg.fit.seed)
     if not held:
@@ -191,8 +267,9 @@ def stage_evaluate(cfg: PipelineConfig) -> dict[str, Any]:
     requests, _ = prepare_requests(held, tok, max_questions=cfg.max_questions)
     train_requests, _ = prepare_requests(split_examples(cfg, "train"), tok, max_questions=cfg.max_questions)
     rates = base_rates(train_requests)
-    run = predict(loaded.model, requests, progress=cfg.progress, desc="evaluate")
-    preds, cal = run.predictions, loaded.calibration
+    run = predict_routed(cfg, loaded, specialists, requests, "evaluate")
+    preds = run.predictions
+    cal = RoutedCalibration.of(loaded.calibration, {f: sub.calibration for f, sub in specialists.items()})
     source = lambda p: "locomo" if p.group.startswith("locomo:") else "synthetic"  # noqa: E731
     heldout = {
         "by_family": metric_table(preds, cal, rates),
@@ -202,6 +279,7 @@ def stage_evaluate(cfg: PipelineConfig) -> dict[str, Any]:
         "examples": len(preds), "requests": run.requests, "predict_seconds": round(run.seconds, 2), "tokens": run.tokens,
     }
     heldout["per_question"].pop("all", None)
+    # the robustness and packed-vs-N-pair checks read the main model (a specialist's family included)
     robust = sample_states(held, cfg.robust_states, seed=cfg.fit.seed)
     checks: dict[str, Callable[[], Any]] = {
         "wording": lambda: wording_check(loaded.model, robust, tok, cal),
@@ -217,7 +295,7 @@ def stage_evaluate(cfg: PipelineConfig) -> dict[str, Any]:
     relevance = relevance_by_negative(preds, held, None if cfg.dense == "none" else create_embedder(cfg.dense))
     cfg.run.mkdir(parents=True, exist_ok=True)
     plot = plot_reliability(preds, cal, cfg.model / "reliability.png", title="held-out reliability (LoCoMo dev + synthetic test)")
-    evaluation = {"heldout": heldout, "robustness": robustness, "packed_vs_npair": npair, "relevance_by_negative": relevance,
+    evaluation = {"specialists": {f: sub.model_hash for f, sub in specialists.items()}, "heldout": heldout, "robustness": robustness, "packed_vs_npair": npair, "relevance_by_negative": relevance,
                   "reliability_png": plot}
     write_json(cfg.run / "evaluation.json", evaluation)
     return {"examples": len(preds), "robust_examples": len(robust)}
@@ -237,12 +315,18 @@ def stage_export(cfg: PipelineConfig) -> dict[str, Any]:
     batches, _ = make_batches([r.tokenized for r in requests[:48]], max_batch_tokens=4096)
     report = export_onnx(loaded.model, cfg.run / "model.onnx", batches, method=cfg.export_method)  # type: ignore[arg-type]
     size = (cfg.run / "model.onnx").stat().st_size
-    return {"path": report.path, "method": report.method, "parity_max_abs_diff": report.max_abs_diff, "atol": report.atol,
-            "parity_batches": len(batches), "bytes": size}
+    summary: dict[str, Any] = {"path": report.path, "method": report.method, "parity_max_abs_diff": report.max_abs_diff, "atol": report.atol,
+                               "parity_batches": len(batches), "bytes": size}
+    for family, sub in load_specialists(cfg).items():  # the same check for every specialist's graph
+        sub.model.cpu()
+        path = cfg.run / f"model-{family}.onnx"
+        own = export_onnx(sub.model, path, batches, method=cfg.export_method)  # type: ignore[arg-type]
+        summary[f"specialist:{family}"] = {"path": own.path, "parity_max_abs_diff": own.max_abs_diff, "bytes": path.stat().st_size}
+    return summary
 
 
 _RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
-    "build_data": stage_build_data, "fit": stage_fit, "calibrate": stage_calibrate, "evaluate": stage_evaluate, "export": stage_export,
+    "build_data": stage_build_data, "fit": stage_fit, "fit_specialist": stage_fit_specialist, "calibrate": stage_calibrate, "evaluate": stage_evaluate, "export": stage_export,
 }
 
 
@@ -252,7 +336,7 @@ def run_stage(cfg: PipelineConfig, stage: str, **options: Any) -> dict[str, Any]
         raise PipelineError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
     cfg.run.mkdir(parents=True, exist_ok=True)
     write_json(cfg.run / "pipeline_config.json", cfg.to_json())
-    if stage == "fit":  # a new model invalidates everything measured on the old one
+    if stage in ("fit", "fit_specialist"):  # a new model invalidates everything measured on the old one
         _forget(cfg, ("calibrate", "evaluate", "export"))
     began = time.perf_counter()
     log.info("stage %s ...", stage)
@@ -281,7 +365,7 @@ def run_all(cfg: PipelineConfig, *, skip_data: bool = False, resume: bool = Fals
     for stage in STAGES:
         if stage == "build_data" and skip_data:
             continue
-        run_stage(cfg, stage, **({"resume": resume} if stage == "fit" else {}))
+        run_stage(cfg, stage, **({"resume": resume} if stage in ("fit", "fit_specialist") else {}))
     from training.report import read_json
 
     return read_json(cfg.model / "metrics.json", {})

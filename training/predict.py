@@ -83,9 +83,10 @@ def predict(
 
 
 def probabilities(predictions: Sequence[Prediction], calibration: Calibration | None = None) -> list[np.ndarray]:
-    """Per prediction: (p_true,) for a Noul, a distribution otherwise (temperature from `calibration`)."""
+    """Per prediction: (p_true,) for a Noul, a distribution otherwise (temperature from `calibration`, as it
+    applies to the prediction's family)."""
     cal = calibration or Calibration()
-    return [np.asarray(cal.probabilities(p.kind, p.logits, p.label.catalogue), dtype=np.float64) for p in predictions]
+    return [np.asarray(cal.for_family(p.family).probabilities(p.kind, p.logits, p.label.catalogue), dtype=np.float64) for p in predictions]
 
 
 def sigmoid(x: float) -> float:

@@ -75,6 +75,7 @@ def build_metrics(run_dir: str | Path, model_dir: str | Path) -> dict[str, Any]:
         "total_seconds": round(sum(v["seconds"] for v in stages.values()), 1),
         "data": stages.get("build_data", {}),
         "fit": stages.get("fit", {}),
+        "specialist": _specialist(stages, model),
         "calibration": {**stages.get("calibrate", {}), "temperatures": calibration.get("temperatures"),
                         "family_temperatures": calibration.get("family_temperatures"), "family_biases": calibration.get("family_biases"),
                         "fitted_on": calibration.get("fitted_on")},
@@ -86,6 +87,32 @@ def build_metrics(run_dir: str | Path, model_dir: str | Path) -> dict[str, Any]:
         "acceptance": acceptance(evaluation),
         "out_of_domain": _out_of_domain(read_json(run / "ood.json", None), calibration.get("model_hash")),
     }
+
+
+def _specialist(stages: dict[str, Any], model: Path) -> dict[str, Any]:
+    """The specialist fit's record with its calibration, when the model directory has one ({} otherwise)."""
+    record = stages.get("fit_specialist") or {}
+    family = record.get("family")
+    if not family:
+        return {}
+    calibration = read_json(model / "specialists" / family / "calibration.json", {})
+    return {**record, "calibration": {**(stages.get("calibrate", {}).get(f"specialist:{family}") or {}),
+                                      "family_temperatures": calibration.get("family_temperatures"),
+                                      "family_biases": calibration.get("family_biases")}}
+
+
+def _specialist_lines(spec: dict[str, Any]) -> list[str]:
+    if not spec:
+        return []
+    config = spec.get("config") or {}
+    return [
+        f"- **{spec['family']} specialist** (`specialists/{spec['family']}`, hash `{str(spec.get('artifact_hash'))[:12]}`): a second "
+        f"adapter ({_lora_text(config)}) and heads fitted on the {spec['family']} family alone, {spec.get('steps_done')} steps "
+        f"(planned {config.get('steps')}), {spec.get('labels_seen')} labels seen, calibrated on that family's calibration split "
+        f"({json.dumps((spec.get('calibration') or {}).get('family_temperatures'))}). Every request whose questions are all "
+        f"{spec['family']} questions is answered by it; the held-out {spec['family']} figures below are its own. The robustness "
+        "and packed-vs-N-pair checks read the main model only.",
+    ]
 
 
 def _out_of_domain(summary: dict[str, Any] | None, model_hash: str | None) -> dict[str, Any] | str:
@@ -195,6 +222,7 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         "- losses: BCE (Noul), cross-entropy to soft targets (Choice), cross-entropy + ranked probability score (Score); "
         "family-balanced sampling; AdamW, linear warmup/decay, gradient clipping.",
         f"- temperatures: {json.dumps(temps)}",
+        *_specialist_lines(metrics.get("specialist") or {}),
         *([f"- Noul biases (Platt, cross-validated; `--no-calibration-bias` leaves them out): {json.dumps(metrics['calibration']['family_biases'])}"]
           if metrics.get("calibration", {}).get("family_biases") else []),
         "",
@@ -255,7 +283,7 @@ def write_report(run_dir: str | Path, model_dir: str | Path, command: str) -> di
 
 def _stage_times(seconds: dict[str, float]) -> str:
     """`build_data 46 s, fit 50.3 min, ...` in pipeline order (`not recorded` when empty)."""
-    order = ("build_data", "fit", "calibrate", "evaluate", "export")
+    order = ("build_data", "fit", "fit_specialist", "calibrate", "evaluate", "export")
     keys = [k for k in order if k in seconds] + sorted(set(seconds) - set(order))
     parts = [f"{k} {seconds[k] / 60:.1f} min" if seconds[k] >= 600 else f"{k} {seconds[k]:.0f} s" for k in keys]
     return (", ".join(parts) + f"; {sum(seconds.values()) / 60:.1f} min in all") if parts else "not recorded"

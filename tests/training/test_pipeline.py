@@ -158,3 +158,86 @@ def test_the_card_names_the_layers_a_partial_adapter_covers() -> None:
 
     assert _lora_text({"lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.0, "lora_layers": 3}) == (
         "r=4, alpha=8, dropout 0.0 on the top 3 layers' query/key/value/dense")
+
+
+@pytest.fixture(scope="module")
+def specialist_run(pipeline_run, tmp_path_factory):  # type: ignore[no-untyped-def]
+    """The pipeline run's model plus a relevance specialist, calibrated, evaluated and exported."""
+    from dataclasses import replace
+
+    cfg, _ = pipeline_run
+    root = tmp_path_factory.mktemp("specialist")
+    shutil.copytree(cfg.model, root / "model")
+    spec = replace(cfg, run_dir=str(root / "run"), model_dir=str(root / "model"), data_dir=str(cfg.data),
+                   specialist="relevance", specialist_steps=4)
+    for stage in ("fit_specialist", "calibrate", "evaluate", "export"):
+        run_stage(spec, stage)
+    return spec, json.loads((spec.model / "metrics.json").read_text())
+
+
+def test_a_specialist_is_fitted_calibrated_evaluated_and_served(specialist_run) -> None:  # type: ignore[no-untyped-def]
+    from controller.artifacts import artifact_hash
+    from controller.local import LocalBackend
+    from controller.specialists import read_index
+
+    cfg, metrics = specialist_run
+    sub = cfg.model / "specialists" / "relevance"
+    assert read_index(cfg.model) == {"relevance": {"path": "specialists/relevance", "artifact_hash": artifact_hash(sub)}}
+    assert {p.name for p in sub.iterdir()} == {"config.json", "adapter", "heads.safetensors", "calibration.json"}
+    fitted_on = json.loads((sub / "calibration.json").read_text())
+    assert fitted_on["model_hash"] == artifact_hash(sub)
+    assert all(k == "noul" or k.startswith("relevance") for k in fitted_on["fitted_on"])  # its own family only
+    main_fitted = json.loads((cfg.model / "calibration.json").read_text())["fitted_on"]
+    assert main_fitted and not any(k.startswith("relevance") for k in main_fitted)  # the main model no longer serves it
+    assert metrics["specialist"]["family"] == "relevance" and metrics["specialist"]["steps_done"] == 4
+    assert metrics["export"]["specialist:relevance"]["parity_max_abs_diff"] <= metrics["export"]["atol"]
+    assert "relevance" in metrics["heldout"]["by_family"]
+    card = (cfg.model / "MODEL_CARD.md").read_text()
+    assert "**relevance specialist**" in card and "fit_specialist" in card
+    assert LocalBackend.load(cfg.model, runtime="torch", base_path=cfg.base_path).specialists == ("relevance",)
+
+
+def test_evaluation_reads_each_family_from_the_model_that_serves_it(specialist_run) -> None:  # type: ignore[no-untyped-def]
+    import numpy as np
+
+    from controller.artifacts import load_artifact
+    from controller.specialists import load_specialists
+    from training.pipeline import heldout_examples, predict_routed, tokenizer
+    from training.predict import predict
+    from training.sampling import prepare_requests
+
+    cfg, _ = specialist_run
+    requests, _ = prepare_requests(heldout_examples(cfg)[:200], tokenizer(cfg), max_questions=cfg.max_questions)
+    main, subs = load_artifact(cfg.model, base_path=cfg.base_path), load_specialists(cfg.model, base_path=cfg.base_path)
+    routed = {p.label.example_id + p.label.question_name + p.label.variant: p for p in predict_routed(cfg, main, subs, requests, "t").predictions}
+    families = set()
+    for model in (main, subs["relevance"]):
+        for p in predict(model.model, requests).predictions:
+            key = p.label.example_id + p.label.question_name + p.label.variant
+            if (p.family == "relevance") == (model is subs["relevance"]):
+                assert np.allclose(routed[key].logits, p.logits, atol=1e-5)
+                families.add(p.family)
+    assert "relevance" in families and len(families) > 1
+
+
+def test_fitting_without_a_specialist_removes_a_stale_one(specialist_run, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    cfg, _ = specialist_run
+    shutil.copytree(cfg.model, tmp_path / "model")
+    plain = replace(cfg, run_dir=str(tmp_path / "run"), model_dir=str(tmp_path / "model"), specialist="")
+    assert run_stage(plain, "fit_specialist") == {"family": None}
+    assert not (tmp_path / "model" / "specialists.json").exists() and not (tmp_path / "model" / "specialists").exists()
+    with pytest.raises(Exception, match="unknown specialist family"):
+        run_stage(replace(plain, specialist="weather"), "fit_specialist")
+
+
+def test_the_main_fit_leaves_the_specialist_family_to_the_specialist(specialist_run, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    cfg, _ = specialist_run
+    short = replace(cfg, run_dir=str(tmp_path / "run"), model_dir=str(tmp_path / "model"), fit=replace(cfg.fit, steps=1))
+    families = run_stage(short, "fit")["requests"]["families"]
+    assert "relevance" not in families and len(families) >= 4
+    plain = run_stage(replace(short, specialist=""), "fit")["requests"]["families"]
+    assert "relevance" in plain

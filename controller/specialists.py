@@ -1,0 +1,105 @@
+"""Family specialists: separately trained artifacts that answer one decision family in place of the main model.
+
+A model directory may hold `specialists.json` beside its own files:
+
+    {"format": "jevmem-specialists/1",
+     "families": {"relevance": {"path": "specialists/relevance", "artifact_hash": "2902ce1c..."}}}
+
+Each entry is a complete model directory (adapter, heads, its own calibration) under the main one. A request
+whose questions all belong to a specialist's family is answered by that specialist; every other request, and
+any request that mixes families, goes to the main model. One family's questions then no longer compete with
+the others' for the same LoRA weights during training (the relevance plateau in the model card).
+
+The main model's files, hash and calibration are unchanged by adding a specialist: the recorded
+`artifact_hash` pins each specialist, and `combined_hash` identifies the pair.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from controller.artifacts import LoadedModel, artifact_hash, load_artifact
+from controller.errors import ArtifactError
+from controller.families import FAMILIES, lookup
+
+FORMAT = "jevmem-specialists/1"
+INDEX = "specialists.json"
+
+
+def read_index(model_dir: str | Path) -> dict[str, dict[str, str]]:
+    """The `families` table of `model_dir/specialists.json` ({} when there is none), validated."""
+    root = Path(model_dir)
+    path = root / INDEX
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ArtifactError(f"cannot read {path}: {error}") from error
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("families"), dict):
+        raise ArtifactError(f"{path} is not a {FORMAT} index")
+    families: dict[str, dict[str, str]] = {}
+    for family, entry in data["families"].items():
+        if family not in FAMILIES:
+            raise ArtifactError(f"{path}: unknown family {family!r} (known: {', '.join(FAMILIES)})")
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str) or not isinstance(entry.get("artifact_hash"), str):
+            raise ArtifactError(f"{path}: the {family!r} entry needs a 'path' and an 'artifact_hash'")
+        sub = (root / entry["path"]).resolve()
+        if not sub.is_relative_to(root.resolve()) or sub == root.resolve():
+            raise ArtifactError(f"{path}: the {family!r} specialist must live in a folder under {root}")
+        families[family] = {"path": entry["path"], "artifact_hash": entry["artifact_hash"]}
+    return families
+
+
+def load_specialists(model_dir: str | Path, *, base_path: str | Path | None = None) -> dict[str, LoadedModel]:
+    """Every specialist of `model_dir`, loaded and checked against its recorded hash."""
+    root = Path(model_dir)
+    loaded: dict[str, LoadedModel] = {}
+    for family, entry in read_index(root).items():
+        sub = root / entry["path"]
+        if (sub / INDEX).exists():
+            raise ArtifactError(f"{sub}: a specialist cannot have specialists of its own")
+        digest = artifact_hash(sub)
+        if digest != entry["artifact_hash"]:
+            raise ArtifactError(f"{sub} has hash {digest[:12]}..., but {root / INDEX} records {entry['artifact_hash'][:12]}...")
+        loaded[family] = load_artifact(sub, base_path=base_path)
+    return loaded
+
+
+def write_index(model_dir: str | Path, paths: Mapping[str, str]) -> dict[str, Any]:
+    """Record specialists (family -> folder under `model_dir`, already written) in `specialists.json`;
+    an empty mapping removes the index. Returns what was written."""
+    root = Path(model_dir)
+    families = {family: {"path": rel, "artifact_hash": artifact_hash(root / rel)} for family, rel in sorted(paths.items())}
+    index = {"format": FORMAT, "families": families}
+    if not families:
+        (root / INDEX).unlink(missing_ok=True)
+        return index
+    (root / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    read_index(root)  # the same checks a reader applies
+    return index
+
+
+def combined_hash(main_hash: str, specialists: Mapping[str, LoadedModel]) -> str:
+    """The main model's hash alone, or one hash over it and every specialist's (family, hash)."""
+    if not specialists:
+        return main_hash
+    h = hashlib.sha256(main_hash.encode())
+    for family in sorted(specialists):
+        h.update(f"\0{family}\0{specialists[family].model_hash}".encode())
+    return h.hexdigest()
+
+
+def request_family(questions: Any) -> str | None:
+    """The one catalogue family all `questions` belong to, or None (unknown or mixed questions)."""
+    families = set()
+    for question in questions:
+        found = lookup(getattr(question, "instructions", None))
+        if found is None:
+            return None
+        families.add(found[0])
+    return families.pop() if len(families) == 1 else None

@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from controller.backend import BackendRequest
+from controller.errors import ArtifactError
+from controller.families import family_questions
+from controller.local import LocalBackend
+from controller.questions import normalize_questions
+from controller.specialists import INDEX, combined_hash, read_index, request_family, write_index
+from tests.controller.conftest import pair_state
+
+RELEVANCE_STATE = {"query": "When did Caroline go to the support group?", "memory": "[8 May 2023] Caroline: I went to the LGBTQ support group yesterday."}
+
+
+def _request(state: dict, questions: dict) -> BackendRequest:
+    return BackendRequest(state, tuple(normalize_questions(questions).values()))
+
+
+@pytest.fixture()
+def with_specialist(tmp_path: Path, tiny_artifact: Path, tiny_config) -> Path:  # type: ignore[no-untyped-def]
+    """The tiny artifact plus a differently seeded tiny model as its relevance specialist."""
+    from controller.artifacts import ArtifactMeta, save_artifact
+    from controller.torch_model import PackedCrossEncoder
+
+    root = tmp_path / "model"
+    shutil.copytree(tiny_artifact, root)
+    other = PackedCrossEncoder.from_config(tiny_config, seed=7)
+    save_artifact(other, root / "specialists" / "relevance", ArtifactMeta(name="tiny-rel", version="0.0.1"))
+    write_index(root, {"relevance": "specialists/relevance"})
+    return root
+
+
+def _probs(backend: LocalBackend, requests: list[BackendRequest]) -> list[tuple]:
+    return [r.probabilities for r in backend.answer(requests)]
+
+
+def _same(a: list[tuple], b: list[tuple]) -> bool:
+    flat = lambda xs: np.array([float(v) for probs in xs for p in probs for v in (p if isinstance(p, tuple) else (p,))])  # noqa: E731
+    return bool(np.allclose(flat(a), flat(b), atol=1e-6))
+
+
+def test_requests_of_the_family_go_to_the_specialist_the_rest_to_the_main_model(with_specialist: Path, tiny_artifact: Path) -> None:
+    combo = LocalBackend.load(with_specialist, runtime="torch", threads=1)
+    main = LocalBackend.load(tiny_artifact, runtime="torch", threads=1)
+    alone = LocalBackend.load(with_specialist / "specialists" / "relevance", runtime="torch", threads=1)
+    relevance = _request(RELEVANCE_STATE, family_questions("relevance"))
+    pair = _request(pair_state(), family_questions("pair"))
+    mixed = _request({**RELEVANCE_STATE, **pair_state()}, {**family_questions("relevance"), **family_questions("pair", ("semantic",))})
+    assert combo.specialists == ("relevance",)
+    assert "+relevance specialist" in combo.info.description
+    # order of results follows the order of requests, whatever the routing
+    got = _probs(combo, [pair, relevance, mixed, relevance])
+    assert _same(got[1:2] + got[3:4], _probs(alone, [relevance, relevance]))
+    assert _same([got[0], got[2]], _probs(main, [pair, mixed]))  # a request mixing families stays with the main model
+    assert not _same(got[1:2], _probs(main, [relevance]))  # the two models really differ, so the routing is observable
+
+
+def test_combined_hash_names_both_models(with_specialist: Path, tiny_artifact: Path) -> None:
+    combo = LocalBackend.load(with_specialist, runtime="torch", threads=1)
+    main = LocalBackend.load(tiny_artifact, runtime="torch", threads=1)
+    assert combo.model_hash != main.model_hash
+    assert combo.model_hash == LocalBackend.load(with_specialist, runtime="torch", threads=1).model_hash
+    assert combined_hash(main.model_hash, {}) == main.model_hash
+
+
+def test_onnx_runtime_routes_like_torch(with_specialist: Path) -> None:
+    requests = [_request(RELEVANCE_STATE, family_questions("relevance")), _request(pair_state(), family_questions("pair"))]
+    onnx = LocalBackend.load(with_specialist, runtime="onnx", threads=1)
+    torch = LocalBackend.load(with_specialist, runtime="torch", threads=1)
+    assert _same(_probs(onnx, requests), _probs(torch, requests))
+    onnx.close()
+    with pytest.raises(Exception, match="closed"):
+        onnx.answer(requests[:1])
+
+
+def test_a_changed_specialist_is_refused(with_specialist: Path) -> None:
+    config = with_specialist / "specialists" / "relevance" / "config.json"
+    data = json.loads(config.read_text())
+    data["description"] = "edited"
+    config.write_text(json.dumps(data))
+    with pytest.raises(ArtifactError, match="records"):
+        LocalBackend.load(with_specialist, runtime="torch")
+
+
+@pytest.mark.parametrize(
+    ("families", "message"),
+    [
+        ({"nonsense": {"path": "specialists/relevance", "artifact_hash": "x"}}, "unknown family"),
+        ({"relevance": {"path": "../elsewhere", "artifact_hash": "x"}}, "under"),
+        ({"relevance": {"path": "."}}, "artifact_hash"),
+    ],
+)
+def test_bad_index_entries_are_refused(with_specialist: Path, families: dict, message: str) -> None:
+    (with_specialist / INDEX).write_text(json.dumps({"format": "jevmem-specialists/1", "families": families}))
+    with pytest.raises(ArtifactError, match=message):
+        read_index(with_specialist)
+
+
+def test_writing_an_empty_index_removes_it(with_specialist: Path) -> None:
+    write_index(with_specialist, {})
+    assert not (with_specialist / INDEX).exists()
+    assert LocalBackend.load(with_specialist, runtime="torch").specialists == ()
+
+
+def test_request_family() -> None:
+    relevance = tuple(normalize_questions(family_questions("relevance")).values())
+    pair = tuple(normalize_questions(family_questions("pair", ("semantic",))).values())
+    custom = tuple(normalize_questions({"x": {"type": "noul", "instructions": "Is it blue?"}}).values())
+    assert request_family(relevance) == "relevance"
+    assert request_family(relevance + pair) is None
+    assert request_family(relevance + custom) is None
+    assert request_family(()) is None
