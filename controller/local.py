@@ -88,7 +88,7 @@ class LocalBackend:
                    "export_method": export_method, "max_request_tokens": max_request_tokens, "max_sequence_tokens": max_sequence_tokens,
                    "max_batch_tokens": max_batch_tokens, "max_padding": max_padding, "spinning": spinning, "overflow": overflow}
         self._specialists = {family: LocalBackend(sub, lock=self._lock, **options) for family, sub in (specialists or {}).items()}
-        self._hash = combined_hash(loaded.model_hash, {f: s._loaded for f, s in self._specialists.items()})
+        self._hash = combined_hash(loaded.model_hash, {f: s._loaded.model_hash for f, s in self._specialists.items()})
         extra = "".join(f" +{family} specialist" for family in sorted(self._specialists))
         suffix = f" [{runtime}/{encoding}{'/int8' if self.quantized else ''}{extra}]"
         self._info = ModelInfo(loaded.info.name, loaded.info.description + suffix, loaded.info.release_date)

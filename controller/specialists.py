@@ -84,14 +84,20 @@ def write_index(model_dir: str | Path, paths: Mapping[str, str]) -> dict[str, An
     return index
 
 
-def combined_hash(main_hash: str, specialists: Mapping[str, LoadedModel]) -> str:
+def combined_hash(main_hash: str, specialists: Mapping[str, str]) -> str:
     """The main model's hash alone, or one hash over it and every specialist's (family, hash)."""
     if not specialists:
         return main_hash
     h = hashlib.sha256(main_hash.encode())
     for family in sorted(specialists):
-        h.update(f"\0{family}\0{specialists[family].model_hash}".encode())
+        h.update(f"\0{family}\0{specialists[family]}".encode())
     return h.hexdigest()
+
+
+def directory_hash(model_dir: str | Path) -> str:
+    """The identity of what a model directory serves: its artifact hash combined with its specialists' recorded
+    hashes (what `LocalBackend.model_hash` reports once they are loaded and checked)."""
+    return combined_hash(artifact_hash(model_dir), {f: e["artifact_hash"] for f, e in read_index(model_dir).items()})
 
 
 def request_family(questions: Any) -> str | None:

@@ -2,7 +2,7 @@
 
     python -m training ensemble --data-dir DATA --model-dirs R0/model R1/model R2/model [--base DIR] [--out FILE] [--cosine]
 
-Each model judges the held-out LoCoMo relevance pairs of DATA (`dev.jsonl`); the table gives every model's AUROC
+Each model (a directory's relevance specialist when it has one) judges the held-out LoCoMo relevance pairs of DATA (`dev.jsonl`); the table gives every model's AUROC
 by kind of negative (`training.relevance_report`) and that of the mean raw logit of all of them. It says how
 much of a recipe's shortfall is seed noise (averaging removes it) and how much is bias (averaging keeps it).
 With `--cosine`, each model's logit is also combined with the base bi-encoder's (query, memory) cosine by a
@@ -75,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from controller.artifacts import load_artifact
+    from controller.specialists import load_specialists
     from controller.template import get_tokenizer
     from data.schema import load_examples
     from training.predict import predict
@@ -98,7 +99,9 @@ def run(args: argparse.Namespace) -> int:
     calibration_requests = prepare_requests(calibration, tokenizer)[0] if args.cosine else []
     named, named_calibration = {}, {}
     for directory in args.model_dirs:
-        model = load_artifact(directory, base_path=args.base).model
+        # the model that answers relevance requests: the directory's relevance specialist when it has one
+        own = load_specialists(directory, base_path=args.base).get("relevance")
+        model = (own or load_artifact(directory, base_path=args.base)).model
         named[directory] = predict(model, requests).predictions
         if args.cosine:
             named_calibration[directory] = predict(model, calibration_requests).predictions

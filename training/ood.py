@@ -99,7 +99,7 @@ class OodSummary:
     sys1bench: list[QuestionScore] = field(default_factory=list)
     jevbench: list[CoherenceScore] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
-    artifact_hash: str | None = None  # the local controller's model directory hash (None for the heuristic)
+    artifact_hash: str | None = None  # the local controller's model directory hash, specialists included (None for the heuristic)
 
 
 def _finite(value: Any) -> float | None:
@@ -228,9 +228,10 @@ def run_ood(cfg: OodConfig) -> OodSummary:
 
     digest = None
     if cfg.controller == "local":
-        from controller.artifacts import DEFAULT_MODEL_DIR, artifact_hash
+        from controller.artifacts import DEFAULT_MODEL_DIR
+        from controller.specialists import directory_hash
 
-        digest = artifact_hash(cfg.model_dir or DEFAULT_MODEL_DIR)
+        digest = directory_hash(cfg.model_dir or DEFAULT_MODEL_DIR)
     t0 = t = time.perf_counter()
     with serve(cfg, cfg.out / "server.log") as url:
         seconds = {"server_start": round(time.perf_counter() - t, 2)}

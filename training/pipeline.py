@@ -254,7 +254,7 @@ def stage_evaluate(cfg: PipelineConfig) -> dict[str, Any]:
     from controller.embedding import create_embedder
     from training.evaluate import base_rates, metric_table, plot_reliability
     from training.relevance_report import relevance_by_negative
-    from training.robustness import noul_choice_check, npair_check, option_order_check, sample_states, wording_check
+    from training.robustness import npair_check, robustness_checks, sample_states
     from training.sampling import cap_states, prepare_requests
     from training.specialist import RoutedCalibration
 
@@ -279,18 +279,14 @@ def stage_evaluate(cfg: PipelineConfig) -> dict[str, Any]:
         "examples": len(preds), "requests": run.requests, "predict_seconds": round(run.seconds, 2), "tokens": run.tokens,
     }
     heldout["per_question"].pop("all", None)
-    # the robustness and packed-vs-N-pair checks read the main model (a specialist's family included)
+    # robustness and packed vs N-pair: each model on the sampled states of the families it serves
     robust = sample_states(held, cfg.robust_states, seed=cfg.fit.seed)
-    checks: dict[str, Callable[[], Any]] = {
-        "wording": lambda: wording_check(loaded.model, robust, tok, cal),
-        "option_order": lambda: option_order_check(loaded.model, robust, tok, cal, seed=cfg.fit.seed),
-        "noul_vs_choice": lambda: noul_choice_check(loaded.model, robust, tok, cal),
-    }
-    robustness: dict[str, Any] = {"states": len({e.state_key for e in robust}), "examples": len(robust)}
-    for name, check in checks.items():
-        t = time.perf_counter()
-        robustness[name] = {**check(), "seconds": round(time.perf_counter() - t, 2)}
-    npair = npair_check(loaded.model, sample_states(held, cfg.npair_states, seed=cfg.fit.seed + 1), tok)
+    paired = sample_states(held, cfg.npair_states, seed=cfg.fit.seed + 1)
+    robustness = robustness_checks(loaded.model, [e for e in robust if e.family not in specialists], tok, loaded.calibration, cfg.fit.seed)
+    npair = npair_check(loaded.model, [e for e in paired if e.family not in specialists], tok)
+    for family, sub in specialists.items():
+        robustness[f"specialist:{family}"] = robustness_checks(sub.model, [e for e in robust if e.family == family], tok, sub.calibration, cfg.fit.seed)
+        npair[f"specialist:{family}"] = npair_check(sub.model, [e for e in paired if e.family == family], tok)
     # the embedder that mined the dense negatives, as the zero-shot reference
     relevance = relevance_by_negative(preds, held, None if cfg.dense == "none" else create_embedder(cfg.dense))
     cfg.run.mkdir(parents=True, exist_ok=True)

@@ -70,6 +70,7 @@ def build_metrics(run_dir: str | Path, model_dir: str | Path) -> dict[str, Any]:
     calibration = read_json(model / "calibration.json", {})
     return {
         "model": {"name": config.get("name"), "version": config.get("version"), "artifact_hash": calibration.get("model_hash"),
+                  "served_hash": _served_hash(model, calibration.get("model_hash")),
                   "base_model": config.get("base_model"), "template": config.get("template"), "encoder": config.get("encoder")},
         "stages_seconds": {k: v["seconds"] for k, v in stages.items()},
         "total_seconds": round(sum(v["seconds"] for v in stages.values()), 1),
@@ -85,8 +86,17 @@ def build_metrics(run_dir: str | Path, model_dir: str | Path) -> dict[str, Any]:
         "packed_vs_npair": evaluation.get("packed_vs_npair", {}),
         "relevance_by_negative": evaluation.get("relevance_by_negative", {}),
         "acceptance": acceptance(evaluation),
-        "out_of_domain": _out_of_domain(read_json(run / "ood.json", None), calibration.get("model_hash")),
+        "out_of_domain": _out_of_domain(read_json(run / "ood.json", None), _served_hash(model, calibration.get("model_hash"))),
     }
+
+
+def _served_hash(model: Path, main_hash: str | None) -> str | None:
+    """The hash of what the directory serves (its specialists included), which out-of-domain runs record."""
+    from controller.specialists import combined_hash, read_index
+
+    if main_hash is None:
+        return None
+    return combined_hash(main_hash, {f: e["artifact_hash"] for f, e in read_index(model).items()})
 
 
 def _specialist(stages: dict[str, Any], model: Path) -> dict[str, Any]:
@@ -110,8 +120,8 @@ def _specialist_lines(spec: dict[str, Any]) -> list[str]:
         f"adapter ({_lora_text(config)}) and heads fitted on the {spec['family']} family alone, {spec.get('steps_done')} steps "
         f"(planned {config.get('steps')}), {spec.get('labels_seen')} labels seen, calibrated on that family's calibration split "
         f"({json.dumps((spec.get('calibration') or {}).get('family_temperatures'))}). Every request whose questions are all "
-        f"{spec['family']} questions is answered by it; the held-out {spec['family']} figures below are its own. The robustness "
-        "and packed-vs-N-pair checks read the main model only.",
+        f"{spec['family']} questions is answered by it; the held-out {spec['family']} figures below are its own, and the "
+        "robustness and packed-vs-N-pair checks run each model on the families it serves.",
     ]
 
 
@@ -199,6 +209,8 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         "(Platt) at each level where cross-validation across sources keeps it.",
         "",
         f"- artifact hash: `{m.get('artifact_hash')}`",
+        *([f"- served hash (with the specialists; `LocalBackend.model_hash`): `{m.get('served_hash')}`"]
+          if m.get("served_hash") not in (None, m.get("artifact_hash")) else []),
         f"- base weights sha256: `{(m.get('base_model') or {}).get('sha256')}`",
         f"- template: `{(m.get('template') or {}).get('template_version')}`",
         f"- reproduce: `{command}` on 2 shared CPU cores; wall-clock per stage: {_stage_times(metrics.get('stages_seconds') or {})}",
@@ -245,11 +257,12 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         "### Packed vs N-pair (same weights, held-out sample, raw probabilities)",
         "",
     ]
-    for enc in ("packed", "npair"):
-        row = (npair.get(enc) or {}).get("metrics", {}).get("all")
-        if row:
-            parts.append(f"- {enc}: accuracy {_fmt(row['accuracy'])}, AUROC {_fmt(row['auroc'])}, NLL {_fmt(row['nll'])}, "
-                         f"{npair[enc]['seconds']} s for {npair[enc]['requests']} requests ({npair[enc]['tokens']} tokens)")
+    for owner, table in (("", npair), *((f" ({k.partition(':')[2]} specialist)", v) for k, v in npair.items() if k.startswith("specialist:"))):
+        for enc in ("packed", "npair"):
+            row = (table.get(enc) or {}).get("metrics", {}).get("all")
+            if row:
+                parts.append(f"- {enc}{owner}: accuracy {_fmt(row['accuracy'])}, AUROC {_fmt(row['auroc'])}, NLL {_fmt(row['nll'])}, "
+                             f"{table[enc]['seconds']} s for {table[enc]['requests']} requests ({table[enc]['tokens']} tokens)")
     parts += [
         "",
         "## Out of domain",

@@ -13,7 +13,8 @@ variants through the model, and compares them with the original question on the 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -153,6 +154,20 @@ def _yes_as_noul(p: Prediction) -> Prediction:
     z = p.logits[names.index("yes")] - p.logits[names.index("no")]
     target = p.label.target[names.index("yes")]
     return Prediction(replace(p.label, kind="noul", target=(target,), options=()), np.array([z]), p.split, p.group)
+
+
+def robustness_checks(model: Any, examples: Sequence[DecisionExample], tokenizer: Any, calibration: Calibration, seed: int = 0) -> dict[str, Any]:
+    """Wording, option order and Noul vs Choice on `examples`, each with its wall-clock."""
+    checks: dict[str, Callable[[], dict[str, Any]]] = {
+        "wording": lambda: wording_check(model, examples, tokenizer, calibration),
+        "option_order": lambda: option_order_check(model, examples, tokenizer, calibration, seed=seed),
+        "noul_vs_choice": lambda: noul_choice_check(model, examples, tokenizer, calibration),
+    }
+    out: dict[str, Any] = {"states": len({e.state_key for e in examples}), "examples": len(examples)}
+    for name, check in checks.items():
+        began = time.perf_counter()
+        out[name] = {**check(), "seconds": round(time.perf_counter() - began, 2)}
+    return out
 
 
 def npair_check(model: Any, examples: Sequence[DecisionExample], tokenizer: Any) -> dict[str, Any]:

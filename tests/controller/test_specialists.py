@@ -12,7 +12,7 @@ from controller.errors import ArtifactError
 from controller.families import family_questions
 from controller.local import LocalBackend
 from controller.questions import normalize_questions
-from controller.specialists import INDEX, combined_hash, read_index, request_family, write_index
+from controller.specialists import INDEX, combined_hash, directory_hash, read_index, request_family, write_index
 from tests.controller.conftest import pair_state
 
 RELEVANCE_STATE = {"query": "When did Caroline go to the support group?", "memory": "[8 May 2023] Caroline: I went to the LGBTQ support group yesterday."}
@@ -62,11 +62,12 @@ def test_requests_of_the_family_go_to_the_specialist_the_rest_to_the_main_model(
 
 
 def test_combined_hash_names_both_models(with_specialist: Path, tiny_artifact: Path) -> None:
-    combo = LocalBackend.load(with_specialist, runtime="torch", threads=1)
+    combined = LocalBackend.load(with_specialist, runtime="torch", threads=1)
     main = LocalBackend.load(tiny_artifact, runtime="torch", threads=1)
-    assert combo.model_hash != main.model_hash
-    assert combo.model_hash == LocalBackend.load(with_specialist, runtime="torch", threads=1).model_hash
+    assert combined.model_hash != main.model_hash
+    assert combined.model_hash == LocalBackend.load(with_specialist, runtime="torch", threads=1).model_hash
     assert combined_hash(main.model_hash, {}) == main.model_hash
+    assert directory_hash(with_specialist) == combined.model_hash and directory_hash(tiny_artifact) == main.model_hash
 
 
 def test_onnx_runtime_routes_like_torch(with_specialist: Path) -> None:

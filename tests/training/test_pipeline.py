@@ -192,8 +192,14 @@ def test_a_specialist_is_fitted_calibrated_evaluated_and_served(specialist_run) 
     assert metrics["specialist"]["family"] == "relevance" and metrics["specialist"]["steps_done"] == 4
     assert metrics["export"]["specialist:relevance"]["parity_max_abs_diff"] <= metrics["export"]["atol"]
     assert "relevance" in metrics["heldout"]["by_family"]
+    # robustness and packed vs N-pair: each model on the families it serves
+    assert "relevance" not in metrics["packed_vs_npair"]["packed"]["metrics"]
+    assert set(metrics["packed_vs_npair"]["specialist:relevance"]["packed"]["metrics"]) == {"relevance", "all"}
+    assert metrics["robustness"]["specialist:relevance"]["wording"]["canonical"]["n"] > 0
     card = (cfg.model / "MODEL_CARD.md").read_text()
-    assert "**relevance specialist**" in card and "fit_specialist" in card
+    assert "**relevance specialist**" in card and "fit_specialist" in card and "- npair (relevance specialist): accuracy" in card
+    assert f"served hash (with the specialists; `LocalBackend.model_hash`): `{metrics['model']['served_hash']}`" in card
+    assert metrics["model"]["served_hash"] == LocalBackend.load(cfg.model, runtime="torch", base_path=cfg.base_path).model_hash
     assert LocalBackend.load(cfg.model, runtime="torch", base_path=cfg.base_path).specialists == ("relevance",)
 
 
