@@ -181,8 +181,13 @@ def test_kill_9_loses_at_most_the_write_in_flight(tmp_path: Path) -> None:
             break
         acked.append(line.strip())
     os.kill(proc.pid, signal.SIGKILL)
-    rest, err = proc.communicate(timeout=5)
-    acked += rest.split()
+    proc.wait(timeout=5)
+    # read the rest through the same buffered reader: `readline` may already hold acks read ahead of the
+    # loop's last line, which `communicate` (reading the raw pipe) would drop
+    assert proc.stderr is not None
+    with proc.stdout, proc.stderr:
+        acked += proc.stdout.read().split()
+        err = proc.stderr.read()
     assert proc.returncode == -signal.SIGKILL, err
     assert len(acked) >= 60, err
 
