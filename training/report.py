@@ -105,7 +105,10 @@ def _specialist(stages: dict[str, Any], model: Path) -> dict[str, Any]:
     family = record.get("family")
     if not family:
         return {}
-    calibration = read_json(model / "specialists" / family / "calibration.json", {})
+    from controller.specialists import read_index
+
+    entry = read_index(model).get(family)
+    calibration = read_json(model / entry["path"] / "calibration.json", {}) if entry else {}
     return {**record, "calibration": {**(stages.get("calibrate", {}).get(f"specialist:{family}") or {}),
                                       "family_temperatures": calibration.get("family_temperatures"),
                                       "family_biases": calibration.get("family_biases")}}

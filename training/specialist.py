@@ -1,5 +1,5 @@
 """Family specialists in training: one family's own adapter and heads, fitted on that family alone, calibrated
-on it, and consulted for its requests exactly as the serving backend does (`controller.specialists`).
+on it, and consulted for its family's requests as the serving backend consults it (`controller.specialists`).
 
     cfg = specialist_fit_config(main_fit, steps=1000, lora_layers=3, max_minutes=20)
     summary = fit_specialist(requests, cfg, run_dir / "fit-relevance", model_dir, "relevance")
