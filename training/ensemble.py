@@ -2,8 +2,8 @@
 
     python -m training ensemble --data-dir DATA --model-dirs R0/model R1/model R2/model [--base DIR] [--out FILE] [--cosine]
 
-Each model (a directory's relevance specialist when it has one) judges the held-out LoCoMo relevance pairs of DATA (`dev.jsonl`); the table gives every model's AUROC
-by kind of negative (`training.relevance_report`) and that of the mean raw logit of all of them. It says how
+Each model (a directory's relevance specialist when it has one) judges the held-out LoCoMo relevance pairs of
+DATA (`dev.jsonl`); the table gives every model's AUROC by kind of negative (`training.relevance_report`) and that of the mean raw logit of all of them. It says how
 much of a recipe's shortfall is seed noise (averaging removes it) and how much is bias (averaging keeps it).
 With `--cosine`, each model's logit is also combined with the base bi-encoder's (query, memory) cosine by a
 logistic regression fitted on the calibration split (`training.fusion`). Nothing is written to the model

@@ -227,8 +227,8 @@ def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
     from training.specialist import split_requests
 
     torch.set_num_threads(cfg.fit.threads)
-    targets = [cfg.model, *(cfg.model / e["path"] for e in read_index(cfg.model).values())]
-    for target in targets:  # refitting: the old ones may belong to other hashes
+    index = read_index(cfg.model)
+    for target in (cfg.model, *(cfg.model / e["path"] for e in index.values())):  # refitting: old ones may be of other hashes
         (target / "calibration.json").unlink(missing_ok=True)
     loaded, specialists = load_model_for_inference(cfg), load_specialists(cfg)
     examples = cap_states(split_examples(cfg, "calibration"), cfg.calibration_states, seed=cfg.fit.seed, by_source=False)
@@ -238,7 +238,7 @@ def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
         requests, own = split_requests(requests, family)
         run = predict(sub.model, own, progress=cfg.progress, desc=f"calibrate ({family})")
         result = calibrate_predictions(run.predictions, sub.model_hash, bias=cfg.calibration_bias)
-        save_calibration(result.calibration, cfg.model / read_index(cfg.model)[family]["path"] / "calibration.json")
+        save_calibration(result.calibration, cfg.model / index[family]["path"] / "calibration.json")
         summary[f"specialist:{family}"] = {"examples": len(run.predictions), "nll_before": result.nll_before,
                                            "nll_after": result.nll_after, "predict_seconds": round(run.seconds, 2)}
     run = predict(loaded.model, requests, progress=cfg.progress, desc="calibrate")

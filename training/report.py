@@ -68,9 +68,10 @@ def build_metrics(run_dir: str | Path, model_dir: str | Path) -> dict[str, Any]:
     evaluation = read_json(run / "evaluation.json", {})
     config = read_json(model / "config.json", {})
     calibration = read_json(model / "calibration.json", {})
+    served = _served_hash(model, calibration.get("model_hash"))
     return {
         "model": {"name": config.get("name"), "version": config.get("version"), "artifact_hash": calibration.get("model_hash"),
-                  "served_hash": _served_hash(model, calibration.get("model_hash")),
+                  "served_hash": served,
                   "base_model": config.get("base_model"), "template": config.get("template"), "encoder": config.get("encoder")},
         "stages_seconds": {k: v["seconds"] for k, v in stages.items()},
         "total_seconds": round(sum(v["seconds"] for v in stages.values()), 1),
@@ -86,7 +87,7 @@ def build_metrics(run_dir: str | Path, model_dir: str | Path) -> dict[str, Any]:
         "packed_vs_npair": evaluation.get("packed_vs_npair", {}),
         "relevance_by_negative": evaluation.get("relevance_by_negative", {}),
         "acceptance": acceptance(evaluation),
-        "out_of_domain": _out_of_domain(read_json(run / "ood.json", None), _served_hash(model, calibration.get("model_hash"))),
+        "out_of_domain": _out_of_domain(read_json(run / "ood.json", None), served),
     }
 
 
