@@ -33,6 +33,7 @@ class Family:
     name: str
     state_fields: tuple[str, ...]
     questions: dict[str, dict[str, Any]]
+    optional_fields: tuple[str, ...] = ()  # state fields a request may add after the required ones
 
 
 def _noul(instructions: str, true: str | None = None, false: str | None = None) -> dict[str, Any]:
@@ -148,6 +149,7 @@ RELEVANCE = Family(
         ),
         "bridge": _noul("Does state.memory point to where more evidence for state.query can be found?"),
     },
+    ("previous",),  # the memory written just before state.memory, when the caller supplies it (`previous_text`)
 )
 
 STOPPING = Family(
@@ -214,6 +216,16 @@ _DATE_PREFIX = re.compile(r"^\[(\d{1,2}) ([A-Z][a-z]+) (\d{4})\] ")
 def memory_text(content: str, when: datetime | None = None) -> str:
     """`[8 May 2023] content` when the date is known, else `content`."""
     return f"[{when.day} {when:%B} {when.year}] {content}" if when is not None else content
+
+
+PREVIOUS_MAX_CHARS = 240
+
+
+def previous_text(content: str, max_chars: int = PREVIOUS_MAX_CHARS) -> str:
+    """The optional `previous` field of a relevance state: the text of the memory written just before the
+    judged one (in a conversation, the turn it answers), cut visibly to `max_chars`. Context only: the
+    questions judge state.memory."""
+    return content if len(content) <= max_chars else content[: max_chars - 14].rstrip() + " [truncated]"
 
 
 def split_memory_text(text: str) -> tuple[datetime | None, str]:

@@ -70,6 +70,11 @@ class EngineConfig:
     stop_evidence_k: int = 5  # evidence items shown to the stopping questions
     ask_stop: bool = True  # False: no stopping request; rounds end only at the depth / budget limit or when exhausted
     max_evidence_chars: int = 400  # per item in read-path states (longer items are cut and marked)
+    # Relevance states carry "previous": the memory written just before the judged one on the same day (its
+    # `temporal_next` predecessor), so a reply such as "Yes, twice!" is judged with what it answers. Only for a
+    # controller trained on such states (`python -m training all --relevance-context`). Off: with the shipped recipe
+    # the context moved neither dev relevance AUROC (0.790 both) nor R_frac@10 (0.703 against 0.708; README).
+    relevance_context: bool = False
     # ---- read path: final ranking = seed_weight * structure + relevance_weight * (p_relevant - centre)
     seed_weight: float = 1.0
     # centre = the mean p_relevant of the query's judged candidates (center_relevance), else 0.5. A calibrated

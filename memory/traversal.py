@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from controller.families import previous_text
 from memory.config import EngineConfig
 from memory.control import Controller, clipped, keyed, memory_state, noul
 from memory.store.base import Store
@@ -100,9 +101,25 @@ def expand_view(
     return found
 
 
-def judge(controller: Controller, query: str, candidates: Sequence[Candidate], config: EngineConfig, *, bridge: bool = True) -> None:
+def previous_memory(store: Store, node: Node) -> Node | None:
+    """The observation written just before `node` on the same day (or both undated): the source of its incoming
+    `temporal_next` edge. In a conversation, usually the turn `node` replies to."""
+    for edge in store.edges_to(node.id, ["temporal_next"]):
+        prev = store.get_node(edge.src)
+        if prev is None or prev.kind != "observation":
+            continue
+        a, b = prev.event_time or prev.observed_at, node.event_time or node.observed_at
+        if (a is None) == (b is None) and (a is None or a.date() == b.date()):
+            return prev
+    return None
+
+
+def judge(controller: Controller, query: str, candidates: Sequence[Candidate], config: EngineConfig, *, bridge: bool = True,
+          store: Store | None = None) -> None:
     """One batched call: RELEVANCE Nouls per candidate (keys candidate_{i}_relevant, and _bridge unless
-    `bridge` is False: a round that cannot be expanded further has no use for it)."""
+    `bridge` is False: a round that cannot be expanded further has no use for it). With
+    `config.relevance_context` and a `store`, each state also carries the memory before the candidate
+    (`previous_memory`), as data like the memory itself."""
     if not candidates:
         return
     names = ("relevant", "bridge") if bridge else ("relevant",)
@@ -110,7 +127,11 @@ def judge(controller: Controller, query: str, candidates: Sequence[Candidate], c
     for i, cand in enumerate(candidates):
         # Undated, as in the relevance training data; long texts are cut visibly.
         memory = memory_state(replace(cand.node, content=clipped(cand.node.content, config.max_evidence_chars)), dated=False)
-        requests.append(({"query": query, "memory": memory}, keyed(f"candidate_{i}_", "relevance", names)))
+        state = {"query": query, "memory": memory}
+        prev = previous_memory(store, cand.node) if config.relevance_context and store is not None else None
+        if prev is not None:
+            state["previous"] = previous_text(prev.content)
+        requests.append((state, keyed(f"candidate_{i}_", "relevance", names)))
     answers = controller.ask_batch(requests)
     for i, (cand, ans) in enumerate(zip(candidates, answers)):
         cand.relevant = noul(ans, f"candidate_{i}_relevant")

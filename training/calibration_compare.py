@@ -1,11 +1,13 @@
 """Calibration variants of one trained model, each fitted on the calibration split and judged on every held-out
 state: the model runs once per split, the variants are refitted from its logits in seconds.
 
-    python -m training compare-calibration --run-dir R --model-dir M --data-dir D [--out FILE]
+    python -m training compare-calibration --run-dir R --model-dir M --data-dir D [--specialist FAMILY] [--out FILE]
 
 Variants: the calibration level (`family`: a temperature per catalogue family; `question`: also one per
 catalogue question where it beats its family out of fold), with or without the cross-validated Noul bias,
-fitted on every calibration state or on the pipeline's old sample of 300 states per family. Nothing in the
+fitted on every calibration state or on the pipeline's old sample of 300 states per family, and the folds of
+that cross-validation (data sources or groups, `training.calibrate.FOLDS`). The main model is judged on the
+families it serves; `--specialist FAMILY` judges the directory's specialist on its family. Nothing in the
 model directory changes. The table gives held-out NLL and ECE (raw -> calibrated) per family; a family
 meets the issue's target when it has >= 200 held-out examples, ECE <= 0.05 and no worse than raw.
 """
@@ -27,6 +29,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "family T+b": {"level": "family", "bias": True, "states": 0},
     "question T": {"level": "question", "bias": False, "states": 0},
     "question T+b": {"level": "question", "bias": True, "states": 0},
+    "question T+b, group folds": {"level": "question", "bias": True, "states": 0, "folds": "group"},
 }
 
 
@@ -42,7 +45,7 @@ def compare(calibration: Sequence[Prediction], sampled: Sequence[Prediction], he
             variants: dict[str, dict[str, Any]] = VARIANTS) -> dict[str, dict[str, Any]]:
     """Per variant: held-out {family: {n, nll_raw, nll, ece_raw, ece, meets}} (and `all`) plus the fitted levels."""
     from controller.calibration import fit_temperatures
-    from training.calibrate import calibration_inputs, source_folds
+    from training.calibrate import FOLDS, calibration_inputs
     from training.evaluate import compute_metrics
     from training.predict import probabilities
     from training.report import ECE_MIN_EXAMPLES, ece_passes
@@ -52,7 +55,7 @@ def compare(calibration: Sequence[Prediction], sampled: Sequence[Prediction], he
         fit_on = at_level(sampled if spec["states"] else calibration, spec["level"])
         logits, targets, groups = calibration_inputs(fit_on)
         cal = fit_temperatures(logits, targets, groups, families=[p.label.catalogue for p in fit_on], bias=spec["bias"],
-                               folds=source_folds(fit_on))
+                               folds=FOLDS[spec.get("folds", "source")](fit_on))
         held = at_level(heldout, spec["level"])
         raw, calibrated = probabilities(held), probabilities(held, cal)
         families: dict[str, list[int]] = {"all": list(range(len(held)))}
@@ -86,6 +89,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--model-dir", default="", help="model directory (default controller/models/jevmem-minilm); left unchanged")
     p.add_argument("--data-dir", default="", help="decision data split files (default <run-dir>/data)")
     p.add_argument("--base", default=None)
+    p.add_argument("--specialist", default="", help="judge the directory's specialist for this family instead of the main model")
     p.add_argument("--out", default=None, help="write the full result as JSON here")
     p.set_defaults(handler=run)
 
@@ -97,14 +101,23 @@ def run(args: argparse.Namespace) -> int:
     from training.predict import predict
     from training.sampling import cap_states, prepare_requests
 
+    from controller.specialists import load_specialists
+
     cfg = PipelineConfig(run_dir=args.run_dir, model_dir=args.model_dir, data_dir=args.data_dir, base_path=args.base, progress=False)
     torch.set_num_threads(cfg.fit.threads)
-    loaded, tok = load_model(cfg), tokenizer(cfg)
+    specialists = load_specialists(cfg.model, base_path=cfg.base_path)
+    if args.specialist and args.specialist not in specialists:
+        print(f"{cfg.model} has no {args.specialist!r} specialist (it has: {', '.join(specialists) or 'none'})")
+        return 2
+    model, tok = (specialists[args.specialist] if args.specialist else load_model(cfg)).model, tokenizer(cfg)
+
+    def served(e: Any) -> bool:  # the families this model answers
+        return e.family == args.specialist if args.specialist else e.family not in specialists
 
     def logits(examples: list[Any]) -> list[Prediction]:
-        return predict(loaded.model, prepare_requests(examples, tok, max_questions=cfg.max_questions)[0]).predictions
+        return predict(model, prepare_requests([e for e in examples if served(e)], tok, max_questions=cfg.max_questions)[0]).predictions
 
-    calibration_examples = split_examples(cfg, "calibration")
+    calibration_examples = [e for e in split_examples(cfg, "calibration") if served(e)]
     full = logits(calibration_examples)
     sampled_ids = {e.id for e in cap_states(calibration_examples, 300, seed=cfg.fit.seed, by_source=False)}
     sampled = [p for p in full if p.label.example_id in sampled_ids]

@@ -51,7 +51,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--specialist-max-minutes", type=float, default=PipelineConfig.specialist_max_minutes,
                    help="stop the specialist's fit after this many minutes (0: no limit)")
     p.add_argument("--calibration-bias", action=argparse.BooleanOptionalAction, default=PipelineConfig.calibration_bias,
-                   help="fit a Noul bias beside each temperature where it survives cross-validation across sources (default on)")
+                   help="fit a Noul bias beside each temperature where it survives cross-validation (default on)")
+    p.add_argument("--calibration-folds", choices=("source", "group"), default=PipelineConfig.calibration_folds,
+                   help="that cross-validation's folds: data sources, or groups (conversations, generator shards)")
 
 
 def add_parser(sub: Any) -> None:
@@ -71,6 +73,9 @@ def add_parser(sub: Any) -> None:
                    help="LoCoMo swapped-query relevance negatives per gold turn (train split; default off, see data/README.md)")
     p.add_argument("--observation-queries", type=int, default=PipelineConfig.observation_queries,
                    help="LoCoMo observation facts per conversation used as relevance queries (train split; see data/README.md)")
+    p.add_argument("--relevance-context", action=argparse.BooleanOptionalAction, default=PipelineConfig.relevance_context,
+                   help="LoCoMo relevance states carry the turn before the memory as state.previous (the engine's "
+                        "relevance_context must match)")
     p.add_argument("--train-conversations", type=conversation_ids, default=PipelineConfig.train_conversations,
                    help="comma-separated LoCoMo sample ids the train split may use (default: every one not held out)")
     p.add_argument("--calibration-conversations", type=conversation_ids, default=PipelineConfig.calibration_conversations,
@@ -84,13 +89,14 @@ def add_parser(sub: Any) -> None:
 def config_from_args(args: argparse.Namespace) -> PipelineConfig:
     fit = FitConfig(**{name: getattr(args, name) for name in _FIT_FLAGS})
     known = {f.name for f in fields(PipelineConfig)}
-    extra = {k: getattr(args, k) for k in ("locomo", "audit", "synthetic_per_family", "dense", "query_swaps", "observation_queries",
+    extra = {k: getattr(args, k) for k in ("locomo", "audit", "synthetic_per_family", "dense", "query_swaps", "observation_queries", "relevance_context",
                                   "train_conversations", "calibration_conversations") if hasattr(args, k) and k in known}
     command = "python -m training " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "make train"
     return PipelineConfig(
         run_dir=args.run_dir, model_dir=args.model_dir, data_dir=args.data_dir, base_path=args.base, fit=fit,
         noul_as_choice_rate=args.noul_as_choice_rate, calibration_states=args.calibration_states, eval_states=args.eval_states,
         robust_states=args.robust_states, npair_states=args.npair_states, calibration_bias=args.calibration_bias,
+        calibration_folds=args.calibration_folds,
         specialist=args.specialist, specialist_steps=args.specialist_steps, specialist_lora_layers=args.specialist_lora_layers,
         specialist_max_minutes=args.specialist_max_minutes,
         progress=not args.no_progress, command=command, **extra,

@@ -31,6 +31,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--query-swaps", type=int, default=0, help="LoCoMo swapped-query relevance negatives per gold turn (train split only)")
     p.add_argument("--observation-queries", type=int, default=0,
                    help="LoCoMo observation facts per conversation used as relevance queries (train split only)")
+    p.add_argument("--relevance-context", action="store_true",
+                   help="LoCoMo relevance states carry the turn before the memory as state.previous")
     p.add_argument("--calibration-conversations", type=conversation_ids, default=("conv-44",),
                    help="comma-separated LoCoMo sample ids held out for calibration (empty: none)")
     p.add_argument("--train-conversations", type=conversation_ids, default=(),
@@ -77,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
     calibration = tuple(f"locomo:{c}" for c in args.calibration_conversations)
     config = BuildConfig(
         locomo=args.locomo, audit=args.audit, synthetic_per_family=args.synthetic_per_family, seed=args.seed,
-        dense=args.dense, plan=SplitPlan(calibration_groups=calibration), rules=LocomoRules(query_swaps=args.query_swaps, observation_queries=args.observation_queries),
+        dense=args.dense, plan=SplitPlan(calibration_groups=calibration), rules=LocomoRules(query_swaps=args.query_swaps, observation_queries=args.observation_queries,
+                                                                                   relevance_context=args.relevance_context),
         train_conversations=args.train_conversations,
     )
     result = build_dataset(config)

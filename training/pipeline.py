@@ -39,6 +39,7 @@ class PipelineConfig:
     dense: str = "minilm"  # dense hard negatives for the LoCoMo rules: minilm | hashing | none
     query_swaps: int = 0  # LoCoMo swapped-query relevance negatives per gold turn (`LocomoRules.query_swaps`)
     observation_queries: int = 0  # LoCoMo observation facts per conversation used as relevance queries (`LocomoRules`)
+    relevance_context: bool = False  # LoCoMo relevance states carry the turn before the memory (`LocomoRules`)
     train_conversations: tuple[str, ...] = ()  # LoCoMo conversations the train split may use (empty: all it would)
     calibration_conversations: tuple[str, ...] = ("conv-44",)  # LoCoMo conversations held out for calibration
     base_path: str | None = None  # default: the installed MiniLM package
@@ -59,6 +60,9 @@ class PipelineConfig:
     # across data sources. On every held-out state of the shipped model it lowered the NLL (0.4062 -> 0.4025,
     # temperature-only hierarchy against the same with biases) and every family's ECE but relevance's.
     calibration_bias: bool = True
+    # The folds of that cross-validation (`training.calibrate.FOLDS`): "source" (LoCoMo against synthetic) or
+    # "group" (conversations and generator shards, the lone calibration conversation split by state).
+    calibration_folds: str = "source"
     export_method: str = "fused"
     progress: bool = True
     command: str = "make train"
@@ -111,7 +115,8 @@ def stage_build_data(cfg: PipelineConfig) -> dict[str, Any]:
     from data.splits import SplitPlan
 
     result = build_dataset(BuildConfig(locomo=cfg.locomo, audit=cfg.audit, synthetic_per_family=cfg.synthetic_per_family,
-                                       seed=cfg.fit.seed, dense=cfg.dense, rules=LocomoRules(query_swaps=cfg.query_swaps, observation_queries=cfg.observation_queries),
+                                       seed=cfg.fit.seed, dense=cfg.dense, rules=LocomoRules(query_swaps=cfg.query_swaps, observation_queries=cfg.observation_queries,
+                                                                         relevance_context=cfg.relevance_context),
                                        train_conversations=tuple(cfg.train_conversations),
                                        plan=SplitPlan(calibration_groups=tuple(f"locomo:{c}" for c in cfg.calibration_conversations))))
     counts = write_build(result, cfg.data)
@@ -237,15 +242,15 @@ def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
     for family, sub in specialists.items():
         requests, own = split_requests(requests, family)
         run = predict(sub.model, own, progress=cfg.progress, desc=f"calibrate ({family})")
-        result = calibrate_predictions(run.predictions, sub.model_hash, bias=cfg.calibration_bias)
+        result = calibrate_predictions(run.predictions, sub.model_hash, bias=cfg.calibration_bias, folds=cfg.calibration_folds)
         save_calibration(result.calibration, cfg.model / index[family]["path"] / "calibration.json")
         summary[f"specialist:{family}"] = {"examples": len(run.predictions), "nll_before": result.nll_before,
                                            "nll_after": result.nll_after, "predict_seconds": round(run.seconds, 2)}
     run = predict(loaded.model, requests, progress=cfg.progress, desc="calibrate")
-    result = calibrate_predictions(run.predictions, loaded.model_hash, bias=cfg.calibration_bias)
+    result = calibrate_predictions(run.predictions, loaded.model_hash, bias=cfg.calibration_bias, folds=cfg.calibration_folds)
     save_calibration(result.calibration, cfg.model / "calibration.json")
-    return {"examples": len(run.predictions), "nll_before": result.nll_before, "nll_after": result.nll_after,
-            "predict_seconds": round(run.seconds, 2), **summary}
+    return {"examples": len(run.predictions), "folds": cfg.calibration_folds, "nll_before": result.nll_before,
+            "nll_after": result.nll_after, "predict_seconds": round(run.seconds, 2), **summary}
 
 
 def stage_evaluate(cfg: PipelineConfig) -> dict[str, Any]:

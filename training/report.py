@@ -202,6 +202,7 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
     held = metrics.get("heldout", {})
     temps = {**(metrics.get("calibration", {}).get("temperatures") or {}), **(metrics.get("calibration", {}).get("family_temperatures") or {})}
     npair = metrics.get("packed_vs_npair", {})
+    folds = {"group": "groups: conversations, generator shards"}.get(metrics.get("calibration", {}).get("folds", "source"), "data sources")
     parts = [
         f"# {m.get('name')} {m.get('version')}",
         "",
@@ -209,8 +210,8 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         f"6 layers, 384 hidden) with a LoRA adapter ({_lora_text(fit.get('config') or {})}) and a fully trained "
         "3-way readout head (Noul / Choice option / Score level), temperature-calibrated per question kind and option count, "
         "with a temperature of its own for each Jev-Mem catalogue family, and each catalogue question, that has enough "
-        "calibration data (a question's own only where it beats its family's across data sources), and a Noul bias "
-        "(Platt) at each level where cross-validation across sources keeps it.",
+        f"calibration data (a question's own only where it beats its family's across {folds}), and a Noul bias "
+        "(Platt) at each level where that cross-validation keeps it.",
         "",
         f"- artifact hash: `{m.get('artifact_hash')}`",
         *([f"- served hash (with the specialists; `LocalBackend.model_hash`): `{m.get('served_hash')}`"]

@@ -39,6 +39,12 @@ RELEVANCE (state {"query", "memory"}; questions of categories 1-4 with evidence;
   fact can summarise a turn with its neighbours. Off in `make train`: with every fact the model read the query
   more (same-memory share 0.061 -> 0.11-0.20 in two runs) but LoCoMo dev relevance AUROC stayed at 0.72-0.74
   and end-to-end recall did not move (README).
+- context (`relevance_context`, every split): each relevance state also carries "previous", the turn just
+  before its memory in the same session (none for a session's first turn), cut to 240 characters
+  (`controller.families.previous_text`). Labels are unchanged: the question still judges state.memory. A
+  reply such as "Yes, twice!" is evidence only with the question it answers, which the engine supplies from
+  its `temporal_next` chain when `EngineConfig.relevance_context` is on. Noise: the previous turn can itself
+  be the unlabelled evidence (within `adjacency` of a gold turn no negative is drawn, so this is rare).
 STOPPING (state {"query", "evidence", "depth"}; evidence items `[date] Speaker: text`, shuffled)
 - all gold turns + BM25 distractors -> evidence_sufficient 1, continue_useful 0, missing_evidence 0.
 - some or all gold missing -> 0 / 1 / 1 (missing_evidence weight 0.7: the query's subject is often still
@@ -107,6 +113,7 @@ class LocomoRules:
     observation_bm25_negatives: int = 3  # per observation query
     observation_random_negatives: int = 1
     adjacency: int = 1  # turns this close to a gold turn are never negatives
+    relevance_context: bool = False  # relevance states carry "previous", the turn before the memory (see below)
     stopping_max_items: int = 5
     stopping_insufficient: int = 2  # insufficient evidence sets per question
     pairs_same_session: int = 200  # candidate pairs per conversation, by source

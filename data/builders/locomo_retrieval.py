@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+from controller.families import previous_text
 from data.builders.locomo import ConversationIndex, LocomoRules, turn_text
 from data.builders.text import content_tokens
 from data.locomo import Question, normalise_evidence
@@ -45,6 +46,15 @@ def bridge_candidates(ix: ConversationIndex, gold: list[int], blocked: set[int])
     return out
 
 
+def relevance_state(ix: ConversationIndex, query: str, turn: int, rules: LocomoRules) -> dict[str, str]:
+    """{"query", "memory"} and, with `rules.relevance_context`, "previous": the turn before `turn` in its
+    session (what the engine supplies from its `temporal_next` chain), absent for a session's first turn."""
+    state = {"query": query, "memory": turn_text(ix.turns[turn])}
+    if rules.relevance_context and turn > 0 and ix.turns[turn - 1].session == ix.turns[turn].session:
+        state["previous"] = previous_text(turn_text(ix.turns[turn - 1]))
+    return state
+
+
 def relevance_examples(ix: ConversationIndex, emit: Emitter, rules: LocomoRules) -> None:
     rng = emit.rng
     n = len(ix.turns)
@@ -55,12 +65,12 @@ def relevance_examples(ix: ConversationIndex, emit: Emitter, rules: LocomoRules)
         blocked = _blocked(gold, rules.adjacency, n)
         for g in gold:
             labels = {"relevant": 1, "bridge": 1} if len(gold) > 1 else {"relevant": 1}
-            emit.emit("relevance", {"query": q.question, "memory": turn_text(ix.turns[g])}, labels, notes="locomo:gold")
+            emit.emit("relevance", relevance_state(ix, q.question, g, rules), labels, notes="locomo:gold")
         taken: set[int] = set()
         bridges = bridge_candidates(ix, gold, blocked)
         for i in rng.sample(bridges, min(rules.bridges, len(bridges))):
             taken.add(i)
-            emit.emit("relevance", {"query": q.question, "memory": turn_text(ix.turns[i])}, {"relevant": 0, "bridge": 1},
+            emit.emit("relevance", relevance_state(ix, q.question, i, rules), {"relevant": 0, "bridge": 1},
                       weights={"bridge": 0.5, "relevant": 0.5}, notes="locomo:bridge")
         bridge_set = set(bridges)
         negatives = [("bm25", i) for i in _take(ix.bm25_rank(q.question), blocked, taken, rules.bm25_negatives)]
@@ -69,7 +79,7 @@ def relevance_examples(ix: ConversationIndex, emit: Emitter, rules: LocomoRules)
         negatives += [("random", i) for i in rng.sample(pool, min(rules.random_negatives, len(pool)))]
         for kind, i in negatives:
             bridge = int(i in bridge_set)
-            emit.emit("relevance", {"query": q.question, "memory": turn_text(ix.turns[i])}, {"relevant": 0, "bridge": bridge},
+            emit.emit("relevance", relevance_state(ix, q.question, i, rules), {"relevant": 0, "bridge": bridge},
                       weights={"bridge": 0.5}, notes=f"locomo:{kind}")
     if rules.query_swaps and emit.split == "train":
         swapped_query_examples(ix, emit, rules, random.Random(f"{rules.seed}:{ix.conv.sample_id}:swap"))
@@ -85,7 +95,7 @@ def observation_query_examples(ix: ConversationIndex, emit: Emitter, rules: Loco
     n = len(ix.turns)
     weights = {"relevant": OBSERVATION_WEIGHT}
     for fact, gold in rng.sample(facts, min(rules.observation_queries, len(facts))):
-        emit.emit("relevance", {"query": fact, "memory": turn_text(ix.turns[gold[0]])}, {"relevant": 1}, weights=weights,
+        emit.emit("relevance", relevance_state(ix, fact, gold[0], rules), {"relevant": 1}, weights=weights,
                   notes="locomo:observation-query")
         blocked = _blocked(gold, rules.adjacency, n)
         taken: set[int] = set()
@@ -93,7 +103,7 @@ def observation_query_examples(ix: ConversationIndex, emit: Emitter, rules: Loco
         pool = [i for i in range(n) if i not in blocked and i not in taken]
         negatives += rng.sample(pool, min(rules.observation_random_negatives, len(pool)))
         for i in negatives:
-            emit.emit("relevance", {"query": fact, "memory": turn_text(ix.turns[i])}, {"relevant": 0}, weights=weights,
+            emit.emit("relevance", relevance_state(ix, fact, i, rules), {"relevant": 0}, weights=weights,
                       notes="locomo:observation-query-negative")
 
 
@@ -110,7 +120,7 @@ def swapped_query_examples(ix: ConversationIndex, emit: Emitter, rules: LocomoRu
             rest = [o for o in others if o is not chosen[0]]
             chosen += rng.sample(rest, min(rules.query_swaps - 1, len(rest)))
             for o in chosen:
-                emit.emit("relevance", {"query": o.question, "memory": turn_text(ix.turns[g])}, {"relevant": 0}, notes="locomo:swap")
+                emit.emit("relevance", relevance_state(ix, o.question, g, rules), {"relevant": 0}, notes="locomo:swap")
 
 
 def _nearest_question(ix: ConversationIndex, turn: int, questions: list[Question]) -> Question:

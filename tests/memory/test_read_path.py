@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from controller.families import ROUTES
+
+from controller.families import PREVIOUS_MAX_CHARS, ROUTES
 from memory.config import EngineConfig
 from memory.errors import InvalidQueryError
 from memory.routing import active_views, allocate_budget, depth_for, plan_route
 from memory.traversal import current, hybrid_seeds
-from memory.types import Edge, EdgeOrigin
+from memory.types import Edge, EdgeOrigin, Observation
 from memory.write_path import fingerprint
-from tests.memory.engine_fakes import RuleBackend, make_engine, obs
+from tests.memory.engine_fakes import T0, RuleBackend, make_engine, obs
 
 FILLER = [f"Caroline: chat line {i} about painting and music and the weather" for i in range(12)]
 
@@ -288,3 +290,34 @@ def test_centred_relevance_keeps_uniformly_low_judged_seeds_above_the_unjudged_p
     assert fixed[:2] == hybrid[2:4] and set(fixed[2:]) == set(hybrid[:2])
     engine.config = engine.config.with_(center_relevance=True)
     assert [e.node_id for e in engine.query(query, k=4).evidence] == hybrid
+
+
+def test_relevance_context_adds_the_same_day_predecessor_as_data() -> None:
+    backend = RuleBackend()
+    engine = make_engine(backend, consolidation_every=0, relevance_context=True)
+    engine.write(obs("Melanie: Did you go to the pride parade last week?", 0))
+    engine.write(obs("Caroline: Yes, twice! It was wonderful.", 1))
+    engine.write(Observation("Caroline: A new day, a new painting.", observed_at=T0 + timedelta(days=1), speaker="Caroline"))
+    backend.requests.clear()
+    engine.query("Did Caroline go to the pride parade?", k=3)
+    states = {r.state["memory"]: r.state for r in backend.requests if "memory" in r.state}
+    assert states["Caroline: Yes, twice! It was wonderful."]["previous"] == "Melanie: Did you go to the pride parade last week?"
+    assert "previous" not in states["Melanie: Did you go to the pride parade last week?"]  # nothing before it
+    assert "previous" not in states["Caroline: A new day, a new painting."]  # its predecessor is another day's
+    assert all(tuple(s) in (("query", "memory"), ("query", "memory", "previous")) for s in states.values())
+
+
+def test_relevance_context_is_off_by_default_and_cut_visibly() -> None:
+    backend = RuleBackend()
+    engine = make_engine(backend, consolidation_every=0)
+    engine.write(obs("Melanie: " + "long question about the parade " * 20, 0))
+    engine.write(obs("Caroline: Yes, twice!", 1))
+    engine.query("parade", k=2)
+    assert all("previous" not in r.state for r in backend.requests)
+    backend.requests.clear()
+    engine = make_engine(backend, consolidation_every=0, relevance_context=True)
+    engine.write(obs("Melanie: " + "long question about the parade " * 20, 0))
+    engine.write(obs("Caroline: Yes, twice!", 1))
+    engine.query("parade", k=2)
+    previous = [r.state["previous"] for r in backend.requests if "previous" in r.state]
+    assert previous and all(len(p) <= PREVIOUS_MAX_CHARS and p.endswith(" [truncated]") for p in previous)

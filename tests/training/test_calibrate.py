@@ -68,3 +68,44 @@ def test_source_folds_split_by_source_or_by_group_hash() -> None:
     typing = set(folds[2:])
     assert typing <= {"synthetic/0", "synthetic/1"} and len(typing) == 2  # one source: two stable halves
     assert source_folds(preds) == folds
+
+
+def _shifted(n: int, group: str, *, scale: float, shift: float, seed: int, prefix: str) -> list[Prediction]:
+    """Nouls whose model logit is scale * z while the truth is sigmoid(z + shift)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        z = rng.normal(0.0, 1.5)
+        y = float(rng.random() < 1 / (1 + np.exp(-(z + shift))))
+        label = Label("noul", (y,), 1.0, "relevance", "relevant", f"{prefix}:{i}:relevant", catalogue="relevance.relevant")
+        out.append(Prediction(label, np.array([scale * z]), "calibration", group))
+    return out
+
+
+def test_group_folds_split_by_group_and_halve_a_lone_group_by_state() -> None:
+    from training.calibrate import group_folds
+
+    preds = (_shifted(60, "locomo:conv-44", scale=1, shift=0, seed=0, prefix="a")
+             + _shifted(30, "synthetic:relevance:0:8", scale=1, shift=0, seed=1, prefix="b")
+             + _shifted(30, "synthetic:relevance:1:8", scale=1, shift=0, seed=2, prefix="c"))
+    folds = group_folds(preds)
+    assert set(folds[:60]) == {"locomo:conv-44/0", "locomo:conv-44/1"}  # one conversation: two stable halves
+    assert folds[60:] == ["synthetic:relevance:0:8"] * 30 + ["synthetic:relevance:1:8"] * 30
+    assert group_folds(preds) == folds
+
+
+def test_group_folds_keep_a_bias_the_conversations_need_where_source_folds_drop_it() -> None:
+    # Conversations: the model over-predicts (truth shifted by -1.2); synthetic states: sharp and right.
+    calibration = (_shifted(1500, "locomo:conv-44", scale=1.0, shift=-1.2, seed=3, prefix="l")
+                   + _shifted(300, "synthetic:relevance:0:8", scale=6.0, shift=0.0, seed=4, prefix="s"))
+    by_source = calibrate_predictions(calibration, None, bias=True, folds="source").calibration
+    by_group = calibrate_predictions(calibration, None, bias=True, folds="group").calibration
+    assert "relevance:noul" not in by_source.family_biases
+    assert by_group.family_biases["relevance:noul"] < -0.5
+    held = _shifted(3000, "locomo:conv-26", scale=1.0, shift=-1.2, seed=5, prefix="d")
+    kinds, targets = [p.kind for p in held], [p.label.target for p in held]
+    ece_source = compute_metrics(kinds, probabilities(held, by_source), targets).ece
+    ece_group = compute_metrics(kinds, probabilities(held, by_group), targets).ece
+    assert ece_group < ece_source - 0.03, (ece_group, ece_source)  # pooled with the synthetic states, yet closer
+    with pytest.raises(ValueError, match="unknown calibration folds"):
+        calibrate_predictions(calibration, None, folds="shards")

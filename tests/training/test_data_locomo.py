@@ -171,6 +171,27 @@ def test_observation_queries_are_off_by_default_and_zero_means_off(locomo: tuple
     assert not [e for e in examples if e.notes.startswith("locomo:observation-query")]
 
 
+def test_relevance_context_adds_the_turn_before_within_its_session(locomo: tuple) -> None:
+    conversations, plain = locomo
+    rules = LocomoRules(pairs_random=30, pairs_same_session=20, relevance_context=True)
+    examples = build_locomo(conversations, SplitPlan(), rules=rules)
+    relevance = [e for e in examples if e.family == "relevance"]
+    texts = {t.memory_text(): t for c in conversations for t in c.turns}
+    before = {t.memory_text(): c.turns[i - 1] for c in conversations for i, t in enumerate(c.turns) if i > 0}
+    with_previous = [e for e in relevance if "previous" in e.state]
+    assert with_previous and len(with_previous) < len(relevance)  # a session's first turn has none
+    for e in relevance:
+        turn = texts[e.state["memory"]]
+        prev = before.get(e.state["memory"])
+        if prev is not None and prev.session == turn.session:
+            assert tuple(e.state) == ("query", "memory", "previous") and e.state["previous"] == prev.memory_text()
+        else:
+            assert tuple(e.state) == ("query", "memory")
+    # everything else is unchanged, relevance labels included
+    strip = [{k: v for k, v in e.state.items() if k != "previous"} for e in examples]
+    assert [(e.id, e.target, s) for e, s in zip(examples, strip)] == [(e.id, e.target, e.state) for e in plain]
+
+
 def test_adversarial_and_evidence_free_questions_get_no_relevance(locomo: tuple) -> None:
     conversations, examples = locomo
     queries = {e.state["query"] for e in examples if e.family in ("relevance", "stopping")}
@@ -252,7 +273,7 @@ def test_states_hold_no_labels_or_observations(locomo: tuple) -> None:
         strings = state_strings(e.state)
         assert not strings & facts
         assert "category" not in json.dumps(e.state)
-        assert tuple(e.state) == FAMILIES[e.family].state_fields
+        assert tuple(e.state) == FAMILIES[e.family].state_fields  # "previous" only with LocomoRules.relevance_context
 
 
 def test_dense_vectors_stay_aligned_after_length_sorting(tmp_path: Path) -> None:
