@@ -109,3 +109,14 @@ def test_paraphrases_get_the_canonical_rule() -> None:
 
 def test_module_exports_the_documented_helpers() -> None:
     assert callable(families.family_questions) and callable(families.lookup)
+
+
+def test_optional_state_fields_and_previous_text() -> None:
+    from controller.families import PREVIOUS_MAX_CHARS, previous_text
+
+    for family in FAMILIES.values():
+        assert not set(family.optional_fields) & set(family.state_fields), family.name
+    assert FAMILIES["relevance"].optional_fields == ("previous",)
+    assert previous_text("Melanie: Did you go?") == "Melanie: Did you go?"
+    cut = previous_text("Melanie: " + "word " * 100)
+    assert len(cut) <= PREVIOUS_MAX_CHARS and cut.endswith(" [truncated]") and cut.startswith("Melanie: word")
