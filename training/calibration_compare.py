@@ -97,11 +97,10 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from controller.specialists import load_specialists
     from training.pipeline import PipelineConfig, heldout_examples, load_model, split_examples, tokenizer
     from training.predict import predict
     from training.sampling import cap_states, prepare_requests
-
-    from controller.specialists import load_specialists
 
     cfg = PipelineConfig(run_dir=args.run_dir, model_dir=args.model_dir, data_dir=args.data_dir, base_path=args.base, progress=False)
     torch.set_num_threads(cfg.fit.threads)
