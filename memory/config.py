@@ -68,6 +68,10 @@ class EngineConfig:
     tau_stop: float = 0.8  # stop when evidence_sufficient reaches this
     tau_continue: float = 0.2  # stop when continue_useful falls below this
     stop_evidence_k: int = 5  # evidence items shown to the stopping questions
+    # False: relevance states ask `relevant` alone and it alone picks the frontier. With the shipped controller
+    # (`jevmem eval sweep`, 2026-12-01): R_frac@10 conv-44 0.683 -> 0.685, dev pair 0.708 -> 0.703, at 0.56x the
+    # controller questions per query; kept on as DESIGN.md's read path, off is the cheaper near-equivalent.
+    ask_bridge: bool = True
     ask_stop: bool = True  # False: no stopping request; rounds end only at the depth / budget limit or when exhausted
     max_evidence_chars: int = 400  # per item in read-path states (longer items are cut and marked)
     # Relevance states carry "previous": the memory written just before the judged one on the same day (its

@@ -144,7 +144,7 @@ def run_query(
             # A round after which no expansion can follow asks neither `bridge` (it only picks the frontier)
             # nor the stopping questions (they could only end a loop that ends anyway).
             last = depth >= route.depth or sum(left.values()) <= 0
-            judge(controller, query, round_nodes, config, bridge=not last, store=store)
+            judge(controller, query, round_nodes, config, bridge=config.ask_bridge and not last, store=store)
             judged.update(c.node.id for c in round_nodes)
             tracer.add("judge", depth=depth, judged=len(round_nodes))
             frontier = sorted((c for c in round_nodes if c.promise >= config.tau_frontier), key=lambda c: (-c.promise, c.node.seq))

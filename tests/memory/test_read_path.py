@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 
-from controller.families import PREVIOUS_MAX_CHARS, ROUTES
+from controller.families import PREVIOUS_MAX_CHARS, ROUTES, lookup
 from memory.config import EngineConfig
 from memory.errors import InvalidQueryError
 from memory.routing import active_views, allocate_budget, depth_for, plan_route
@@ -321,3 +321,20 @@ def test_relevance_context_is_off_by_default_and_cut_visibly() -> None:
     engine.query("parade", k=2)
     previous = [r.state["previous"] for r in backend.requests if "previous" in r.state]
     assert previous and all(len(p) <= PREVIOUS_MAX_CHARS and p.endswith(" [truncated]") for p in previous)
+
+
+def test_ask_bridge_off_asks_relevant_alone() -> None:
+    backend = RuleBackend()
+    engine = make_engine(backend, consolidation_every=0, ask_bridge=False)
+    for i, text in enumerate(FILLER[:5]):
+        engine.write(obs(text, i))
+    backend.requests.clear()
+    engine.query("What did Caroline say about painting?", k=3)
+    relevance = [r for r in backend.requests if "memory" in r.state]
+    assert relevance and all([lookup(q.instructions) for q in r.questions] == [("relevance", "relevant")] for r in relevance)
+    engine = make_engine(backend, consolidation_every=0)
+    for i, text in enumerate(FILLER[:5]):
+        engine.write(obs(text, i))
+    engine.query("What did Caroline say about painting?", k=3)
+    asked = {lookup(q.instructions) for r in backend.requests if "memory" in r.state for q in r.questions}
+    assert ("relevance", "bridge") in asked
