@@ -94,10 +94,15 @@ def combined_hash(main_hash: str, specialists: Mapping[str, str]) -> str:
     return h.hexdigest()
 
 
+def served_hash(model_dir: str | Path, main_hash: str) -> str:
+    """`main_hash` combined with the specialist hashes the directory's index records."""
+    return combined_hash(main_hash, {f: e["artifact_hash"] for f, e in read_index(model_dir).items()})
+
+
 def directory_hash(model_dir: str | Path) -> str:
     """The identity of what a model directory serves: its artifact hash combined with its specialists' recorded
     hashes (what `LocalBackend.model_hash` reports once they are loaded and checked)."""
-    return combined_hash(artifact_hash(model_dir), {f: e["artifact_hash"] for f, e in read_index(model_dir).items()})
+    return served_hash(model_dir, artifact_hash(model_dir))
 
 
 def request_family(questions: Any) -> str | None:

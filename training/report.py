@@ -93,11 +93,9 @@ def build_metrics(run_dir: str | Path, model_dir: str | Path) -> dict[str, Any]:
 
 def _served_hash(model: Path, main_hash: str | None) -> str | None:
     """The hash of what the directory serves (its specialists included), which out-of-domain runs record."""
-    from controller.specialists import combined_hash, read_index
+    from controller.specialists import served_hash
 
-    if main_hash is None:
-        return None
-    return combined_hash(main_hash, {f: e["artifact_hash"] for f, e in read_index(model).items()})
+    return None if main_hash is None else served_hash(model, main_hash)
 
 
 def _specialist(stages: dict[str, Any], model: Path) -> dict[str, Any]:

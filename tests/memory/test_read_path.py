@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-
 from controller.families import PREVIOUS_MAX_CHARS, ROUTES, lookup
 from memory.config import EngineConfig
 from memory.errors import InvalidQueryError
