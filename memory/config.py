@@ -79,6 +79,9 @@ class EngineConfig:
     # controller trained on such states (`python -m training all --relevance-context`). Off: with the shipped recipe
     # the context moved neither dev relevance AUROC (0.790 both) nor R_frac@10 (0.703 against 0.708; README).
     relevance_context: bool = False
+    # Relevance states render the candidate with its date, `[8 May 2023] Speaker: text`, as pair and stopping
+    # states do. Only for a controller trained on such states (`python -m training all --relevance-dated`).
+    relevance_dated: bool = False
     # ---- read path: final ranking = seed_weight * structure + relevance_weight * (p_relevant - centre)
     seed_weight: float = 1.0
     # centre = the mean p_relevant of the query's judged candidates (center_relevance), else 0.5. A calibrated

@@ -125,8 +125,9 @@ def judge(controller: Controller, query: str, candidates: Sequence[Candidate], c
     names = ("relevant", "bridge") if bridge else ("relevant",)
     requests = []
     for i, cand in enumerate(candidates):
-        # Undated, as in the relevance training data; long texts are cut visibly.
-        memory = memory_state(replace(cand.node, content=clipped(cand.node.content, config.max_evidence_chars)), dated=False)
+        # Undated unless the controller was trained on dated relevance states; long texts are cut visibly.
+        memory = memory_state(replace(cand.node, content=clipped(cand.node.content, config.max_evidence_chars)),
+                              dated=config.relevance_dated)
         state = {"query": query, "memory": memory}
         prev = previous_memory(store, cand.node) if config.relevance_context and store is not None else None
         if prev is not None:

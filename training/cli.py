@@ -24,7 +24,7 @@ from training.pipeline import STAGES, PipelineConfig, run_all, run_stage
 from training.trainer import DROPOUT_KINDS, FitConfig
 
 _FIT_FLAGS = ("steps", "tokens_per_step", "max_batch_tokens", "lr", "head_lr", "weight_decay", "warmup", "grad_clip", "family_power", "family_boost",
-              "npair_fraction", "attention_dropout", "dropout", "lora_r", "lora_alpha", "lora_dropout", "lora_layers", "seed", "threads", "checkpoint_every", "max_minutes", "device")
+              "npair_fraction", "attention_dropout", "dropout", "lora_r", "lora_alpha", "lora_dropout", "lora_layers", "listwise_weight", "seed", "threads", "checkpoint_every", "max_minutes", "device")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -76,8 +76,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--relevance-context", action=argparse.BooleanOptionalAction, default=PipelineConfig.relevance_context,
                    help="LoCoMo relevance states carry the turn before the memory as state.previous (the engine's "
                         "relevance_context must match)")
+    p.add_argument("--relevance-dated", action=argparse.BooleanOptionalAction, default=PipelineConfig.relevance_dated,
+                   help="LoCoMo relevance memories carry their session date (the engine's relevance_dated must match)")
     p.add_argument("--train-conversations", type=conversation_ids, default=PipelineConfig.train_conversations,
                    help="comma-separated LoCoMo sample ids the train split may use (default: every one not held out)")
+    p.add_argument("--dev-conversations", type=conversation_ids, default=PipelineConfig.dev_conversations,
+                   help="comma-separated LoCoMo sample ids held out as the dev split (default conv-26,conv-30; empty: "
+                        "none, so every LoCoMo figure of the run is on data it was trained or calibrated on)")
     p.add_argument("--calibration-conversations", type=conversation_ids, default=PipelineConfig.calibration_conversations,
                    help="comma-separated LoCoMo sample ids held out for calibration (default conv-44; empty: none, so "
                         "the LoCoMo questions are calibrated on synthetic data alone)")
@@ -89,8 +94,8 @@ def add_parser(sub: Any) -> None:
 def config_from_args(args: argparse.Namespace) -> PipelineConfig:
     fit = FitConfig(**{name: getattr(args, name) for name in _FIT_FLAGS})
     known = {f.name for f in fields(PipelineConfig)}
-    extra = {k: getattr(args, k) for k in ("locomo", "audit", "synthetic_per_family", "dense", "query_swaps", "observation_queries", "relevance_context",
-                                  "train_conversations", "calibration_conversations") if hasattr(args, k) and k in known}
+    extra = {k: getattr(args, k) for k in ("locomo", "audit", "synthetic_per_family", "dense", "query_swaps", "observation_queries", "relevance_context", "relevance_dated",
+                                  "train_conversations", "calibration_conversations", "dev_conversations") if hasattr(args, k) and k in known}
     command = "python -m training " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "make train"
     return PipelineConfig(
         run_dir=args.run_dir, model_dir=args.model_dir, data_dir=args.data_dir, base_path=args.base, fit=fit,

@@ -17,7 +17,7 @@ from typing import Any
 from data.builders import BuildConfig, build_dataset, format_questions, format_table, write_build
 from data.builders.dataset import DENSE_CHOICES
 from data.builders.locomo import LocomoRules
-from data.splits import SplitPlan
+from data.splits import DEV_CONVERSATIONS, SplitPlan
 
 
 def add_parser(sub: Any) -> None:
@@ -33,6 +33,11 @@ def add_parser(sub: Any) -> None:
                    help="LoCoMo observation facts per conversation used as relevance queries (train split only)")
     p.add_argument("--relevance-context", action="store_true",
                    help="LoCoMo relevance states carry the turn before the memory as state.previous")
+    p.add_argument("--relevance-dated", action="store_true",
+                   help="LoCoMo relevance memories carry their session date, [8 May 2023] ...")
+    p.add_argument("--dev-conversations", type=conversation_ids, default=DEV_CONVERSATIONS,
+                   help="comma-separated LoCoMo sample ids held out as the dev split (default conv-26,conv-30; empty: "
+                        "none, so they may be trained on and nothing LoCoMo is held out for evaluation)")
     p.add_argument("--calibration-conversations", type=conversation_ids, default=("conv-44",),
                    help="comma-separated LoCoMo sample ids held out for calibration (empty: none)")
     p.add_argument("--train-conversations", type=conversation_ids, default=(),
@@ -79,8 +84,10 @@ def run(args: argparse.Namespace) -> int:
     calibration = tuple(f"locomo:{c}" for c in args.calibration_conversations)
     config = BuildConfig(
         locomo=args.locomo, audit=args.audit, synthetic_per_family=args.synthetic_per_family, seed=args.seed,
-        dense=args.dense, plan=SplitPlan(calibration_groups=calibration), rules=LocomoRules(query_swaps=args.query_swaps, observation_queries=args.observation_queries,
-                                                                                   relevance_context=args.relevance_context),
+        dense=args.dense, plan=SplitPlan(dev_groups=tuple(f"locomo:{c}" for c in args.dev_conversations),
+                                          calibration_groups=calibration), rules=LocomoRules(query_swaps=args.query_swaps, observation_queries=args.observation_queries,
+                                                                                   relevance_context=args.relevance_context,
+                                                                                   relevance_dated=args.relevance_dated),
         train_conversations=args.train_conversations,
     )
     result = build_dataset(config)

@@ -3,7 +3,8 @@
     NoulLoss    binary cross-entropy against a (soft) target probability            logits (N,)
     ChoiceLoss  cross-entropy against a (soft) target distribution (= KL + const)   logits (N, K) + mask
     ScoreLoss   the same cross-entropy plus `rps_weight` x ranked probability score logits (N, K) + mask
-    DecisionLoss  the three above over one step's labels, weighted mean over all labels
+    DecisionLoss  the three above over one step's labels, weighted mean over all labels; plus, with
+                  `listwise_weight`, that times ListwiseLoss over the step's ranking lists
 
 Choice and Score rows are padded to the widest question of the step: `mask[i, k]` says whether option k
 exists for row i; padded options get no probability mass and must carry target 0. Every per-example loss is
@@ -147,6 +148,33 @@ class ScoreLoss(ChoiceLoss):
         return ce + self.rps_weight * self.rps(probs, mask, targets)
 
 
+class ListwiseLoss(nn.Module):
+    """Softmax cross-entropy of each positive against the negatives of its ranking list (localised contrastive
+    estimation): for a list with positives P and negatives N, the mean over p in P of
+    -log(exp(s_p) / (exp(s_p) + sum_n exp(s_n))). Lists without both a positive (target >= 0.5) and a negative
+    add nothing. It trains the order of a query's candidates, which the read path ranks by; the pointwise
+    BCE beside it keeps the probabilities calibrated."""
+
+    def forward(self, logits: torch.Tensor, targets: torch.Tensor, lists: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """(sum over positives of their loss, number of positives that had negatives)."""
+        if not (logits.dim() == 1 and targets.shape == logits.shape and lists.shape == logits.shape):
+            raise LossInputError(f"ListwiseLoss expects logits, targets and lists of one shape (N,), got "
+                                 f"{tuple(logits.shape)}, {tuple(targets.shape)}, {tuple(lists.shape)}")
+        total, count = logits.new_zeros(()), 0
+        for key in torch.unique(lists[lists >= 0]).tolist():
+            member = lists == key
+            positive, negative = member & (targets >= 0.5), member & (targets < 0.5)
+            if not bool(positive.any()) or not bool(negative.any()):
+                continue
+            neg = logits[negative]
+            pos = logits[positive]
+            # per positive: logsumexp over itself and every negative, minus itself
+            rows = torch.cat([pos[:, None], neg[None, :].expand(pos.shape[0], -1)], dim=1)
+            total = total + (torch.logsumexp(rows, dim=1) - pos).sum()
+            count += int(pos.shape[0])
+        return total, count
+
+
 @dataclass(frozen=True)
 class LabelTensors:
     """One step's labels, already pointing into the flattened logits of its micro-batches."""
@@ -162,10 +190,11 @@ class LabelTensors:
     score_mask: torch.Tensor
     score_target: torch.Tensor
     score_weight: torch.Tensor
+    noul_list: torch.Tensor | None = None  # (Nn,) int64 ranking list of each Noul label, -1 for none (ListwiseLoss)
 
     def to(self, device: torch.device | str) -> LabelTensors:
         """The same labels on `device`."""
-        return LabelTensors(*(getattr(self, f.name).to(device) for f in fields(self)))
+        return LabelTensors(*(None if getattr(self, f.name) is None else getattr(self, f.name).to(device) for f in fields(self)))
 
     @property
     def count(self) -> int:
@@ -181,7 +210,8 @@ class LossValue:
 class DecisionLoss(nn.Module):
     """All three kinds over one step. Built against a model: its heads must score the three kinds."""
 
-    def __init__(self, model: PackedCrossEncoder | None = None, *, rps_weight: float = 1.0, label_smoothing: float = 0.0) -> None:
+    def __init__(self, model: PackedCrossEncoder | None = None, *, rps_weight: float = 1.0, label_smoothing: float = 0.0,
+                 listwise_weight: float = 0.0) -> None:
         super().__init__()
         if model is not None:
             from controller.torch_model import N_KINDS
@@ -192,6 +222,10 @@ class DecisionLoss(nn.Module):
         self.noul = NoulLoss(label_smoothing=label_smoothing)
         self.choice = ChoiceLoss()
         self.score = ScoreLoss(rps_weight=rps_weight)
+        if listwise_weight < 0:
+            raise LossInputError(f"DecisionLoss expects listwise_weight >= 0, got {listwise_weight}")
+        self.listwise_weight = listwise_weight
+        self.listwise = ListwiseLoss()
 
     def forward(self, flat_logits: torch.Tensor, labels: LabelTensors) -> LossValue:
         if flat_logits.dim() != 1:
@@ -212,7 +246,14 @@ class DecisionLoss(nn.Module):
         weight_total = torch.stack(weights).sum()
         if float(weight_total) <= 0:
             raise LossInputError("the label weights of a step sum to zero")
-        return LossValue(torch.stack(sums).sum() / weight_total, parts)
+        total = torch.stack(sums).sum() / weight_total
+        if self.listwise_weight and labels.noul_list is not None and labels.noul_index.numel():
+            summed, count = self.listwise(flat_logits[labels.noul_index], labels.noul_target, labels.noul_list)
+            if count:
+                listwise = summed / count
+                parts["list"] = float(listwise.detach())
+                total = total + self.listwise_weight * listwise
+        return LossValue(total, parts)
 
     @staticmethod
     def _add(name: str, per: torch.Tensor, w: torch.Tensor, sums: list, weights: list, parts: dict) -> None:

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from data.splits import DEV_CONVERSATIONS
 from training.errors import PipelineError
 from training.report import record_stage, write_json, write_report
 from training.trainer import FitConfig
@@ -40,8 +41,10 @@ class PipelineConfig:
     query_swaps: int = 0  # LoCoMo swapped-query relevance negatives per gold turn (`LocomoRules.query_swaps`)
     observation_queries: int = 0  # LoCoMo observation facts per conversation used as relevance queries (`LocomoRules`)
     relevance_context: bool = False  # LoCoMo relevance states carry the turn before the memory (`LocomoRules`)
+    relevance_dated: bool = False  # LoCoMo relevance memories carry their session date (`LocomoRules`)
     train_conversations: tuple[str, ...] = ()  # LoCoMo conversations the train split may use (empty: all it would)
     calibration_conversations: tuple[str, ...] = ("conv-44",)  # LoCoMo conversations held out for calibration
+    dev_conversations: tuple[str, ...] = DEV_CONVERSATIONS  # LoCoMo conversations held out for evaluation
     base_path: str | None = None  # default: the installed MiniLM package
     fit: FitConfig = field(default_factory=FitConfig)
     # A family answered by its own adapter (`training.specialist`); "" for none. It is fitted on that family's
@@ -116,9 +119,11 @@ def stage_build_data(cfg: PipelineConfig) -> dict[str, Any]:
 
     result = build_dataset(BuildConfig(locomo=cfg.locomo, audit=cfg.audit, synthetic_per_family=cfg.synthetic_per_family,
                                        seed=cfg.fit.seed, dense=cfg.dense, rules=LocomoRules(query_swaps=cfg.query_swaps, observation_queries=cfg.observation_queries,
-                                                                         relevance_context=cfg.relevance_context),
+                                                                         relevance_context=cfg.relevance_context,
+                                                                         relevance_dated=cfg.relevance_dated),
                                        train_conversations=tuple(cfg.train_conversations),
-                                       plan=SplitPlan(calibration_groups=tuple(f"locomo:{c}" for c in cfg.calibration_conversations))))
+                                       plan=SplitPlan(dev_groups=tuple(f"locomo:{c}" for c in cfg.dev_conversations),
+                                                     calibration_groups=tuple(f"locomo:{c}" for c in cfg.calibration_conversations))))
     counts = write_build(result, cfg.data)
     conversations: dict[str, set[str]] = {}
     for e in result.examples:

@@ -241,7 +241,7 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         *([f"- Noul biases (Platt, cross-validated; `--no-calibration-bias` leaves them out): {json.dumps(metrics['calibration']['family_biases'])}"]
           if metrics.get("calibration", {}).get("family_biases") else []),
         "",
-        "## Held-out results (LoCoMo dev conv-26/30 + synthetic test shard)",
+        f"## Held-out results ({_heldout_sources(data)})",
         "",
         "Noul ECE is the calibration of P(true); Choice ECE uses top-label confidence; 15 bins. `raw` = T=1, `cal` = calibrated. "
         "A family's AUROC pools its Noul questions, so it also rewards knowing which question has the higher base rate; "
@@ -316,6 +316,13 @@ def _locomo_use(data: dict[str, Any]) -> str:
     parts = [f"{names.get(split, split)} {', '.join(used[split])}" for split in order if used[split]]
     calibrated = "" if used.get("calibration") else " No LoCoMo conversation was held out for calibration: the LoCoMo questions were calibrated on synthetic data alone."
     return "; ".join(parts) + f". The other LoCoMo conversations were not used at all.{calibrated}"
+
+
+def _heldout_sources(data: dict[str, Any]) -> str:
+    """`LoCoMo dev conv-26, conv-30 + synthetic test shard` from the build-data record (older records: the default plan)."""
+    used = data.get("locomo_conversations")
+    dev = (used.get("dev") or []) if used else ["conv-26", "conv-30"]
+    return f"LoCoMo dev {', '.join(dev)} + synthetic test shard" if dev else "synthetic test shard only: no LoCoMo conversation was held out"
 
 
 def _split_counts(data: dict[str, Any]) -> str:

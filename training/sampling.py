@@ -56,6 +56,7 @@ class LabeledRequest:
     family: str  # the most common family of its labels (the sampling unit)
     split: str
     group: str
+    list_key: str = ""  # requests of one ranking list (a relevance query's candidates) share it; "" for none
 
     @property
     def tokens(self) -> int:
@@ -95,6 +96,17 @@ def _unit(*parts: object) -> float:
     return int.from_bytes(digest, "little") / 2**64
 
 
+# The one question trained as a ranking list too (`FitConfig.listwise_weight`): the read path ranks a query's
+# candidates by it, so what matters is its order within a query as much as its calibration.
+LISTWISE_QUESTION = ("relevance", "relevant")
+
+
+def list_key_of(family: str, group: str, state: Mapping[str, object]) -> str:
+    """The ranking list a request belongs to: its conversation (or generator group) and query, for the
+    listwise family; "" otherwise."""
+    return f"{group}\x1f{state['query']}" if family == LISTWISE_QUESTION[0] and isinstance(state.get("query"), str) else ""
+
+
 def prepare_requests(
     examples: Sequence[DecisionExample],
     tokenizer: TemplateTokenizer,
@@ -129,7 +141,7 @@ def prepare_requests(
             skipped += 1
             continue
         family = Counter(e.family for e in group.examples).most_common(1)[0][0]
-        out.append(LabeledRequest(tokenized, tuple(labels), family, group.split, group.group))
+        out.append(LabeledRequest(tokenized, tuple(labels), family, group.split, group.group, list_key_of(family, group.group, group.state)))
     report = PrepareReport(len(out), sum(len(r.labels) for r in out), skipped, augmented, dict(Counter(r.family for r in out)))
     if skipped:
         log.warning("skipped %d requests over the template's token limits", skipped)
@@ -141,10 +153,12 @@ class BalancedSampler:
 
     A family's share of draws is proportional to boost[family] * (its request count)^power: power 1 keeps the
     natural mix, 0 gives every family the same share; `boost` (default 1 for every family) tilts it further.
+    With `lists`, a drawn request that belongs to a ranking list (`LabeledRequest.list_key`) brings the rest of
+    its list (up to `list_size` requests in all), so a listwise loss sees a query's candidates side by side.
     """
 
     def __init__(self, requests: Sequence[LabeledRequest], *, tokens_per_step: int = 6000, power: float = 0.5, seed: int = 0,
-                 boost: Mapping[str, float] | None = None) -> None:
+                 boost: Mapping[str, float] | None = None, lists: bool = False, list_size: int = 12) -> None:
         if not requests:
             raise ValueError("BalancedSampler needs at least one request")
         if not 0.0 <= power <= 1.0:
@@ -166,6 +180,14 @@ class BalancedSampler:
         self.tokens = np.array([r.tokens for r in requests], dtype=np.int64)
         self.tokens_per_step = tokens_per_step
         self.seed = seed
+        members: dict[str, list[int]] = {}
+        if lists:
+            for i, r in enumerate(requests):
+                if r.list_key:
+                    members.setdefault(r.list_key, []).append(i)
+        self.lists = members
+        self.requests_key = [r.list_key for r in requests] if lists else []
+        self.list_size = list_size
 
     def indices(self, step: int) -> list[int]:
         """The requests of step `step` (a pure function of seed and step)."""
@@ -174,11 +196,22 @@ class BalancedSampler:
         used = 0
         while used < self.tokens_per_step:
             for i in rng.choice(len(self.probabilities), size=8, p=self.probabilities):
-                chosen.append(int(i))
-                used += int(self.tokens[i])
+                group = self._list_of(int(i), rng)
+                chosen.extend(group)
+                used += int(self.tokens[group].sum())
                 if used >= self.tokens_per_step:
                     break
         return chosen
+
+    def _list_of(self, i: int, rng: np.random.Generator) -> list[int]:
+        """`[i]`, or with lists on, i and up to `list_size - 1` others of its ranking list."""
+        key = self.requests_key[i] if self.lists else ""
+        if not key:
+            return [i]
+        others = [j for j in self.lists[key] if j != i]
+        if len(others) > self.list_size - 1:
+            others = sorted(int(j) for j in rng.choice(others, size=self.list_size - 1, replace=False))
+        return [i, *others]
 
 
 def cap_states(examples: Sequence[DecisionExample], per_group: int, *, seed: int = 0, by_source: bool = True) -> list[DecisionExample]:
@@ -206,6 +239,7 @@ class StepBatch:
 
     batches: list[PackedBatch]
     noul: tuple[np.ndarray, np.ndarray, np.ndarray]  # index (N,), target (N,), weight (N,)
+    noul_list: np.ndarray  # (N,) the ranking list of each Noul label within the step (LISTWISE_QUESTION), -1 for none
     choice: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # index (N, K), mask, target, weight
     score: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     tokens: int  # real (unpadded) tokens
@@ -233,6 +267,8 @@ def collate(
     encodings = list(encodings) if encodings is not None else ["packed"] * len(requests)
     batches: list[PackedBatch] = []
     noul: list[tuple[int, float, float]] = []
+    noul_list: list[int] = []
+    list_ids: dict[str, int] = {}
     multi: dict[str, list[tuple[list[int], tuple[float, ...], float]]] = {"choice": [], "score": []}
     offset = 0
     tokens = 0
@@ -251,6 +287,8 @@ def collate(
             for label, ix in zip(request.labels, slots):
                 if label.kind == "noul":
                     noul.append((ix[0], label.target[0], label.weight))
+                    listed = request.list_key and (label.family, label.question_name) == LISTWISE_QUESTION and not label.variant
+                    noul_list.append(list_ids.setdefault(request.list_key, len(list_ids)) if listed else -1)
                 else:
                     multi[label.kind].append((ix, label.target, label.weight))
         batches.extend(part)
@@ -260,7 +298,7 @@ def collate(
         np.array([n[2] for n in noul], dtype=np.float32),
     )
     count = len(noul) + len(multi["choice"]) + len(multi["score"])
-    return StepBatch(batches, noul_arrays, _padded(multi["choice"]), _padded(multi["score"]), tokens, count)
+    return StepBatch(batches, noul_arrays, np.array(noul_list, dtype=np.int64), _padded(multi["choice"]), _padded(multi["score"]), tokens, count)
 
 
 def label_tensors(step: StepBatch) -> object:
@@ -274,4 +312,5 @@ def label_tensors(step: StepBatch) -> object:
         t(step.noul[0]), t(step.noul[1]), t(step.noul[2]),
         t(step.choice[0]), t(step.choice[1]), t(step.choice[2]), t(step.choice[3]),
         t(step.score[0]), t(step.score[1]), t(step.score[2]), t(step.score[3]),
+        t(step.noul_list),
     )

@@ -53,6 +53,9 @@ class FitConfig:
     family_boost: str = ""  # extra share factors, "relevance=1.7,pair=1.2" (see BalancedSampler and boost_factors)
     npair_fraction: float = 0.1  # share of requests trained as N-pair rows (same weights), for the comparison
     rps_weight: float = 1.0  # Score loss: cross-entropy + rps_weight * RPS
+    # > 0: steps draw a relevance query's candidates together and add this times the listwise loss of
+    # `relevance.relevant` over them (training.losses.ListwiseLoss); 0: pointwise only
+    listwise_weight: float = 0.0
     seed: int = 0
     threads: int = 2
     checkpoint_every: int = 50
@@ -73,8 +76,8 @@ class FitConfig:
                 raise ValueError(f"FitConfig.{name} must lie in [0, 1], got {getattr(self, name)}")
         if self.lora_layers < 0:
             raise ValueError(f"FitConfig.lora_layers must be >= 0 (0: every layer), got {self.lora_layers}")
-        if self.weight_decay < 0 or self.rps_weight < 0 or self.max_minutes < 0:
-            raise ValueError("weight_decay, rps_weight and max_minutes must be >= 0")
+        if self.weight_decay < 0 or self.rps_weight < 0 or self.max_minutes < 0 or self.listwise_weight < 0:
+            raise ValueError("weight_decay, rps_weight, listwise_weight and max_minutes must be >= 0")
         boost_factors(self.family_boost)  # raises ValueError on a malformed spec
         if not _DEVICE.fullmatch(self.device):
             raise ValueError(f"FitConfig.device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
@@ -271,10 +274,10 @@ def fit(
         torch.manual_seed(config.seed)
         model = prepare_model(model, config)
     model.to(device)
-    loss_fn = DecisionLoss(model, rps_weight=config.rps_weight)
+    loss_fn = DecisionLoss(model, rps_weight=config.rps_weight, listwise_weight=config.listwise_weight)
     optimizer = _optimizer(model, config)
     sampler = BalancedSampler(requests, tokens_per_step=config.tokens_per_step, power=config.family_power, seed=config.seed,
-                              boost=boost_factors(config.family_boost))
+                              boost=boost_factors(config.family_boost), lists=config.listwise_weight > 0)
     log_path = run / "train_log.jsonl"
     start_step, stats = 0, {"tokens": 0, "labels": 0}
     if resume:

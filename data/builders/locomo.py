@@ -45,6 +45,12 @@ RELEVANCE (state {"query", "memory"}; questions of categories 1-4 with evidence;
   reply such as "Yes, twice!" is evidence only with the question it answers, which the engine supplies from
   its `temporal_next` chain when `EngineConfig.relevance_context` is on. Noise: the previous turn can itself
   be the unlabelled evidence (within `adjacency` of a gold turn no negative is drawn, so this is rare).
+- dates (`relevance_dated`, every split): each relevance memory is rendered with its session date,
+  `[8 May 2023] Speaker: text` (`controller.families.memory_text`, as in stopping and pair states), so a
+  question that names a date ("Who did Maria have dinner with on May 3, 2023?") can tell two turns about
+  the same activity apart; without it such negatives look like the gold turn. Labels are unchanged; the
+  engine renders its candidates the same way when `EngineConfig.relevance_dated` is on. Noise: the date is
+  the session's, and a turn may speak of an earlier day ("last night").
 STOPPING (state {"query", "evidence", "depth"}; evidence items `[date] Speaker: text`, shuffled)
 - all gold turns + BM25 distractors -> evidence_sufficient 1, continue_useful 0, missing_evidence 0.
 - some or all gold missing -> 0 / 1 / 1 (missing_evidence weight 0.7: the query's subject is often still
@@ -114,6 +120,7 @@ class LocomoRules:
     observation_random_negatives: int = 1
     adjacency: int = 1  # turns this close to a gold turn are never negatives
     relevance_context: bool = False  # relevance states carry "previous", the turn before the memory (see below)
+    relevance_dated: bool = False  # relevance memories carry their session date, `[8 May 2023] ...` (see below)
     stopping_max_items: int = 5
     stopping_insufficient: int = 2  # insufficient evidence sets per question
     pairs_same_session: int = 200  # candidate pairs per conversation, by source

@@ -48,8 +48,9 @@ def bridge_candidates(ix: ConversationIndex, gold: list[int], blocked: set[int])
 
 def relevance_state(ix: ConversationIndex, query: str, turn: int, rules: LocomoRules) -> dict[str, str]:
     """{"query", "memory"} and, with `rules.relevance_context`, "previous": the turn before `turn` in its
-    session (what the engine supplies from its `temporal_next` chain), absent for a session's first turn."""
-    state = {"query": query, "memory": turn_text(ix.turns[turn])}
+    session (what the engine supplies from its `temporal_next` chain), absent for a session's first turn.
+    With `rules.relevance_dated` the memory carries its session date."""
+    state = {"query": query, "memory": turn_text(ix.turns[turn], dated=rules.relevance_dated)}
     if rules.relevance_context and turn > 0 and ix.turns[turn - 1].session == ix.turns[turn].session:
         state["previous"] = previous_text(turn_text(ix.turns[turn - 1]))
     return state

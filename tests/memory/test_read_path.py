@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from controller.families import PREVIOUS_MAX_CHARS, ROUTES, lookup
+from controller.families import PREVIOUS_MAX_CHARS, ROUTES, lookup, split_memory_text
 from memory.config import EngineConfig
 from memory.errors import InvalidQueryError
 from memory.routing import active_views, allocate_budget, depth_for, plan_route
@@ -320,6 +320,21 @@ def test_relevance_context_is_off_by_default_and_cut_visibly() -> None:
     engine.query("parade", k=2)
     previous = [r.state["previous"] for r in backend.requests if "previous" in r.state]
     assert previous and all(len(p) <= PREVIOUS_MAX_CHARS and p.endswith(" [truncated]") for p in previous)
+
+
+def test_relevance_dated_renders_candidates_with_their_date() -> None:
+    backend = RuleBackend()
+    engine = make_engine(backend, consolidation_every=0)
+    engine.write(obs("Caroline: I went to the pride parade.", 0))
+    engine.query("pride parade", k=1)
+    assert [r.state["memory"] for r in backend.requests if "memory" in r.state] == ["Caroline: I went to the pride parade."]
+    backend.requests.clear()
+    engine = make_engine(backend, consolidation_every=0, relevance_dated=True)
+    engine.write(obs("Caroline: I went to the pride parade.", 0))
+    engine.query("pride parade", k=1)
+    memories = [r.state["memory"] for r in backend.requests if "memory" in r.state]
+    assert memories and all(split_memory_text(m) == (T0.replace(hour=0, minute=0, second=0, microsecond=0),
+                                                    "Caroline: I went to the pride parade.") for m in memories)
 
 
 def test_ask_bridge_off_asks_relevant_alone() -> None:

@@ -61,6 +61,12 @@ def test_train_conversations_limit_the_train_split_and_keep_the_held_out_ones(tm
     for wrong, message in (("conv-99", "not in the LoCoMo file"), ("conv-26", "held out")):
         with pytest.raises(DataError, match=message):
             main([*argv, "--out", str(tmp_path / "bad"), "--train-conversations", wrong])
+    assert main([*argv, "--out", str(tmp_path / "dev30"), "--dev-conversations", "conv-30"]) == 0  # conv-26 joins training
+    assert groups(tmp_path / "dev30") == {"train": {"locomo:conv-26", "locomo:conv-41", "locomo:conv-44"}, "dev": {"locomo:conv-30"}}
+    assert main([*argv, "--out", str(tmp_path / "none"), "--dev-conversations", ""]) == 0
+    assert groups(tmp_path / "none") == {"train": {"locomo:conv-26", "locomo:conv-30", "locomo:conv-41", "locomo:conv-44"}}
+    assert main([*argv, "--out", str(tmp_path / "dated"), "--relevance-dated"]) == 0
+    assert json.loads((tmp_path / "dated" / "summary.json").read_text())["config"]["rules"]["relevance_dated"] is True
 
 
 def test_build_data_without_locomo_and_without_calibration_conversation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.families import FAMILIES
+from controller.families import FAMILIES, split_memory_text
 from data.builders.locomo import LocomoRules, build_locomo
 from data.locomo import load_locomo
 from data.schema import DecisionExample
@@ -190,6 +190,25 @@ def test_relevance_context_adds_the_turn_before_within_its_session(locomo: tuple
     # everything else is unchanged, relevance labels included
     strip = [{k: v for k, v in e.state.items() if k != "previous"} for e in examples]
     assert [(e.id, e.target, s) for e, s in zip(examples, strip)] == [(e.id, e.target, e.state) for e in plain]
+
+
+def test_relevance_dated_renders_each_memory_with_its_session_date(locomo: tuple) -> None:
+    conversations, plain = locomo
+    rules = LocomoRules(pairs_random=30, pairs_same_session=20, relevance_dated=True)
+    examples = build_locomo(conversations, SplitPlan(), rules=rules)
+    assert [(e.id, e.target, e.family) for e in examples] == [(e.id, e.target, e.family) for e in plain]
+    changed = 0
+    for e, p in zip(examples, plain):
+        if e.family != "relevance":
+            assert e.state == p.state
+            continue
+        when, text = split_memory_text(e.state["memory"])
+        assert text == p.state["memory"] and e.state["query"] == p.state["query"]
+        turn = next(t for c in conversations for t in c.turns if t.memory_text() == text)
+        assert when == (turn.date.replace(hour=0, minute=0) if turn.date else None)
+        changed += when is not None
+    assert changed > 0
+    assert not any(split_memory_text(e.state["memory"])[0] for e in plain if e.family == "relevance")  # off by default
 
 
 def test_adversarial_and_evidence_free_questions_get_no_relevance(locomo: tuple) -> None:

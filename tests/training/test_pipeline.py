@@ -114,6 +114,9 @@ def test_cli_keeps_build_data_and_adds_the_stages() -> None:
     assert cfg.train_conversations == () and fewer.train_conversations == ("conv-42", "conv-43")
     uncalibrated = config_from_args(parser.parse_args(["all", "--calibration-conversations", ""]))
     assert cfg.calibration_conversations == ("conv-44",) and uncalibrated.calibration_conversations == ()
+    assert cfg.dev_conversations == ("conv-26", "conv-30") and not cfg.relevance_dated
+    everything = config_from_args(parser.parse_args(["all", "--dev-conversations", "", "--relevance-dated"]))
+    assert everything.dev_conversations == () and everything.relevance_dated
     wide = config_from_args(parser.parse_args(["all", "--lora-r", "32", "--lora-alpha", "64"])).fit
     assert (wide.lora_r, wide.lora_alpha, wide.lora_dropout) == (32, 64, 0.1)
     args = parser.parse_args(["fit", "--resume", "--lr", "0.001"])
@@ -144,13 +147,16 @@ def test_out_of_domain_figures_are_recorded_into_the_model_card_for_their_artifa
 
 
 def test_the_model_card_names_the_conversations_each_split_used() -> None:
-    from training.report import _locomo_use
+    from training.report import _heldout_sources, _locomo_use
 
     default = _locomo_use({})  # a record from before the conversations were recorded: the default plan
     assert "conv-41/42/43" in default and "calibration conv-44" in default
     fewer = _locomo_use({"locomo_conversations": {"dev": ["conv-26", "conv-30"], "train": ["conv-42"], "calibration": ["conv-44"]}})
     assert fewer.startswith("Training used conv-42; calibration conv-44; held-out dev") and "synthetic data alone" not in fewer
     assert "synthetic data alone" in _locomo_use({"locomo_conversations": {"dev": ["conv-26"], "train": ["conv-41", "conv-44"]}})
+    assert _heldout_sources({}) == "LoCoMo dev conv-26, conv-30 + synthetic test shard"
+    assert _heldout_sources({"locomo_conversations": {"dev": ["conv-30"], "train": ["conv-26"]}}) == "LoCoMo dev conv-30 + synthetic test shard"
+    assert "no LoCoMo conversation was held out" in _heldout_sources({"locomo_conversations": {"train": ["conv-26", "conv-30"]}})
 
 
 def test_the_card_names_the_layers_a_partial_adapter_covers() -> None:
