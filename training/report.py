@@ -121,7 +121,7 @@ def _specialist_lines(spec: dict[str, Any]) -> list[str]:
         f"- **{spec['family']} specialist** (`specialists/{spec['family']}`, hash `{str(spec.get('artifact_hash'))[:12]}`): a second "
         f"adapter ({_lora_text(config)}) and heads fitted on the {spec['family']} family alone, {spec.get('steps_done')} steps "
         f"(planned {config.get('steps')}), {spec.get('labels_seen')} labels seen, calibrated on that family's calibration split "
-        f"({json.dumps((spec.get('calibration') or {}).get('family_temperatures'))}). Every request whose questions are all "
+        f"({json.dumps((spec.get('calibration') or {}).get('family_temperatures'))}){_listwise_text(config)}. Every request whose questions are all "
         f"{spec['family']} questions is answered by it; the held-out {spec['family']} figures below are its own, and the "
         "robustness and packed-vs-N-pair checks run each model on the families it serves.",
     ]
@@ -183,6 +183,13 @@ def _acceptance_lines(acc: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _listwise_text(config: dict[str, Any]) -> str:
+    """`; listwise loss weight W ...` when the fit added the listwise relevance loss, else ""."""
+    weight = float(config.get("listwise_weight") or 0.0)
+    return (f"; each step drew a query's candidates together and added {weight:g} x the listwise loss of `relevance.relevant` "
+            "(training.losses.ListwiseLoss)") if weight else ""
+
+
 def _lora_text(config: dict[str, Any]) -> str:
     """The adapter as the fit configured it (`FitConfig` defaults for what the record lacks): rank, alpha,
     dropout, modules and the layers it covers."""
@@ -235,7 +242,7 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         f"labels seen {fit.get('labels_seen')}, trainable parameters {fit.get('trainable_parameters')} of {fit.get('total_parameters')}",
         f"- loss: first 50 steps {_fmt(fit.get('first_loss'))}, last 50 steps {_fmt(fit.get('final_loss'))}",
         "- losses: BCE (Noul), cross-entropy to soft targets (Choice), cross-entropy + ranked probability score (Score); "
-        "family-balanced sampling; AdamW, linear warmup/decay, gradient clipping.",
+        f"family-balanced sampling; AdamW, linear warmup/decay, gradient clipping{_listwise_text((fit.get('config') or {}))}.",
         f"- temperatures: {json.dumps(temps)}",
         *_specialist_lines(metrics.get("specialist") or {}),
         *([f"- Noul biases (Platt, cross-validated; `--no-calibration-bias` leaves them out): {json.dumps(metrics['calibration']['family_biases'])}"]

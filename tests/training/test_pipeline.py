@@ -159,6 +159,13 @@ def test_the_model_card_names_the_conversations_each_split_used() -> None:
     assert "no LoCoMo conversation was held out" in _heldout_sources({"locomo_conversations": {"train": ["conv-26", "conv-30"]}})
 
 
+def test_the_card_names_a_listwise_loss_only_when_one_was_used() -> None:
+    from training.report import _listwise_text
+
+    assert _listwise_text({}) == "" and _listwise_text({"listwise_weight": 0.0}) == ""
+    assert "0.5 x the listwise loss of `relevance.relevant`" in _listwise_text({"listwise_weight": 0.5})
+
+
 def test_the_card_names_the_layers_a_partial_adapter_covers() -> None:
     from training.report import _lora_text
 
