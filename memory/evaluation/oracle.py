@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any
 
-from controller.families import lookup
+from controller.families import lookup, split_memory_text
 from data.locomo import Conversation, Question
 from memory.control import Answers, Controller, Usage
 from memory.evaluation.metrics import auroc as _auroc
@@ -80,7 +80,9 @@ class GoldRelevance:
         return cls({k: frozenset(v) for k, v in out.items()})
 
     def is_gold(self, query: str, memory: str) -> bool:
+        """Whether `memory` (as a relevance state holds it: maybe dated, maybe cut) is a gold turn of `query`."""
         texts = self.by_query.get(query, frozenset())
+        memory = split_memory_text(memory)[1]  # `EngineConfig.relevance_dated` states carry `[date] ` first
         if memory in texts:
             return True
         if memory.endswith(_TRUNCATED):
@@ -142,7 +144,7 @@ class RelevanceOracle(Controller):
 
     @staticmethod
     def _relevant_keys(state: Mapping[str, Any], questions: Mapping[str, Any]) -> list[str]:
-        if set(state) != {"query", "memory"}:
+        if not {"query", "memory"} <= set(state) <= {"query", "memory", "previous"}:  # relevance states only
             return []
         return [k for k, q in questions.items() if _is_relevant_question(q)]
 

@@ -57,6 +57,8 @@ def test_gold_relevance_matches_turn_texts_and_cut_texts(convs: list[Conversatio
     assert gold.is_gold(q.question, text["D2:1"])
     assert not gold.is_gold(q.question, text["D2:2"]) and not gold.is_gold("another query", text["D2:1"])
     assert gold.is_gold(q.question, text["D2:1"][:20] + " [truncated]")
+    assert gold.is_gold(q.question, "[8 May 2023] " + text["D2:1"])  # a dated relevance state (EngineConfig.relevance_dated)
+    assert not gold.is_gold(q.question, "[8 May 2023] " + text["D2:2"])
 
 
 def test_the_oracle_replaces_only_the_read_path_relevant_answer(convs: list[Conversation]) -> None:
@@ -72,6 +74,8 @@ def test_the_oracle_replaces_only_the_read_path_relevant_answer(convs: list[Conv
     assert (given[0]["c0_relevant"].noul, given[1]["c1_relevant"].noul) == (1.0, 0.0)
     assert given[0]["c0_bridge"] is own[0]["c0_bridge"]  # only `relevant` is replaced
     assert perfect.measured_auroc() == 1.0 and perfect.measured_auroc(own=True) is not None
+    with_context = [({**state, "previous": "an earlier turn"}, questions) for state, questions in requests]
+    assert [a["c0_relevant" if i == 0 else "c1_relevant"].noul for i, a in enumerate(perfect.ask_batch(with_context))] == [1.0, 0.0]
     passthrough = RelevanceOracle(memo, gold, None)
     assert passthrough.ask_batch(requests)[0]["c0_relevant"].noul == own[0]["c0_relevant"].noul
     other = ({"query": query, "evidence": [text["D2:1"]], "depth": 0}, keyed("", "stopping", ("evidence_sufficient",)))
