@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from data.splits import DEV_CONVERSATIONS
+
 RELEVANCE_AUROC_TARGET = 0.85
 ECE_TARGET = 0.05
 ECE_MIN_EXAMPLES = 200
@@ -328,7 +330,7 @@ def _locomo_use(data: dict[str, Any]) -> str:
 def _heldout_sources(data: dict[str, Any]) -> str:
     """`LoCoMo dev conv-26, conv-30 + synthetic test shard` from the build-data record (older records: the default plan)."""
     used = data.get("locomo_conversations")
-    dev = (used.get("dev") or []) if used else ["conv-26", "conv-30"]
+    dev = (used.get("dev") or []) if used else list(DEV_CONVERSATIONS)
     return f"LoCoMo dev {', '.join(dev)} + synthetic test shard" if dev else "synthetic test shard only: no LoCoMo conversation was held out"
 
 

@@ -180,13 +180,11 @@ class BalancedSampler:
         self.tokens = np.array([r.tokens for r in requests], dtype=np.int64)
         self.tokens_per_step = tokens_per_step
         self.seed = seed
-        members: dict[str, list[int]] = {}
-        if lists:
-            for i, r in enumerate(requests):
-                if r.list_key:
-                    members.setdefault(r.list_key, []).append(i)
-        self.lists = members
-        self.requests_key = [r.list_key for r in requests] if lists else []
+        self.list_keys = [r.list_key if lists else "" for r in requests]
+        self.lists: dict[str, list[int]] = {}
+        for i, key in enumerate(self.list_keys):
+            if key:
+                self.lists.setdefault(key, []).append(i)
         self.list_size = list_size
 
     def indices(self, step: int) -> list[int]:
@@ -205,7 +203,7 @@ class BalancedSampler:
 
     def _list_of(self, i: int, rng: np.random.Generator) -> list[int]:
         """`[i]`, or with lists on, i and up to `list_size - 1` others of its ranking list."""
-        key = self.requests_key[i] if self.lists else ""
+        key = self.list_keys[i]
         if not key:
             return [i]
         others = [j for j in self.lists[key] if j != i]
@@ -287,7 +285,7 @@ def collate(
             for label, ix in zip(request.labels, slots):
                 if label.kind == "noul":
                     noul.append((ix[0], label.target[0], label.weight))
-                    listed = request.list_key and (label.family, label.question_name) == LISTWISE_QUESTION and not label.variant
+                    listed = request.list_key and (label.family, label.question_name) == LISTWISE_QUESTION
                     noul_list.append(list_ids.setdefault(request.list_key, len(list_ids)) if listed else -1)
                 else:
                     multi[label.kind].append((ix, label.target, label.weight))
