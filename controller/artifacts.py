@@ -7,6 +7,7 @@
       heads.safetensors   heads.weight (3, H), heads.bias (3,)
       calibration.json    temperatures + the artifact hash they were fitted on
       metrics.json, MODEL_CARD.md
+      states.json         how the engine renders states for it (`controller.states`; absent: the defaults)
 
 `artifact_hash` covers config.json, the adapter / encoder and the heads (not calibration, metrics or the card,
 which refer to it). Loading merges the adapter into the base weights; the base weights file must have the
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from controller.backend import ModelInfo
 from controller.calibration import Calibration, identity, load_calibration, save_calibration
 from controller.errors import ArtifactError
+from controller.states import StateConventions, read_states
 from controller.template import TEMPLATE_VERSION, template_config
 
 if TYPE_CHECKING:
@@ -65,6 +67,7 @@ class LoadedModel:
     tokenizer_dir: Path
     config: dict[str, Any]
     trained: bool
+    states: StateConventions = StateConventions()
 
 
 def add_lora(model: PackedCrossEncoder, *, r: int = 8, alpha: int = 16, dropout: float = 0.05, top_layers: int = 0) -> PackedCrossEncoder:
@@ -224,7 +227,7 @@ def load_artifact(model_dir: str | Path, *, base_path: str | Path | None = None)
     calibration = load_calibration(cal_path, digest) if cal_path.exists() else identity(digest)
     name = f"{config['name']}-{config['version']}"
     info = ModelInfo(name=name, description=str(config.get("description", "")), release_date=str(config.get("release_date", "")))
-    return LoadedModel(model.eval(), digest, calibration, info, base, config, trained=True)
+    return LoadedModel(model.eval(), digest, calibration, info, base, config, trained=True, states=read_states(root))
 
 
 def load_untrained(base_path: str | Path | None = None, *, seed: int = 0) -> LoadedModel:

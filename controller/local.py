@@ -28,6 +28,7 @@ from controller.errors import BackendUnavailableError
 from controller.families import catalogue_key
 from controller.packing import Encoding, PackedBatch, make_batches, rows_tokens
 from controller.specialists import combined_hash, load_specialists, request_family
+from controller.states import StateConventions
 from controller.template import (
     DEFAULT_MAX_REQUEST_TOKENS,
     DEFAULT_MAX_SEQUENCE_TOKENS,
@@ -133,6 +134,11 @@ class LocalBackend:
     def specialists(self) -> tuple[str, ...]:
         """The families answered by a specialist."""
         return tuple(sorted(self._specialists))
+
+    @property
+    def state_conventions(self) -> StateConventions:
+        """How the engine should render states for this model (its directory's `states.json`)."""
+        return self._loaded.states
 
     @property
     def trained(self) -> bool:

@@ -74,14 +74,17 @@ class EngineConfig:
     ask_bridge: bool = True
     ask_stop: bool = True  # False: no stopping request; rounds end only at the depth / budget limit or when exhausted
     max_evidence_chars: int = 400  # per item in read-path states (longer items are cut and marked)
+    # The two state-rendering switches below are None by default: the engine then renders relevance states as the
+    # controller was trained to read them (its model directory's `states.json`, `controller.states`; off for a
+    # controller that declares nothing). True / False override the declaration (sweeps, ablations).
     # Relevance states carry "previous": the memory written just before the judged one on the same day (its
-    # `temporal_next` predecessor), so a reply such as "Yes, twice!" is judged with what it answers. Only for a
-    # controller trained on such states (`python -m training all --relevance-context`). Off: with the shipped recipe
-    # the context moved neither dev relevance AUROC (0.790 both) nor R_frac@10 (0.703 against 0.708; README).
-    relevance_context: bool = False
+    # `temporal_next` predecessor), so a reply such as "Yes, twice!" is judged with what it answers
+    # (`python -m training all --relevance-context`). With the recipe of 2026-11 the context moved neither dev
+    # relevance AUROC (0.790 both) nor R_frac@10 (0.703 against 0.708; README).
+    relevance_context: bool | None = None
     # Relevance states render the candidate with its date, `[8 May 2023] Speaker: text`, as pair and stopping
-    # states do. Only for a controller trained on such states (`python -m training all --relevance-dated`).
-    relevance_dated: bool = False
+    # states do (`python -m training all --relevance-dated`).
+    relevance_dated: bool | None = None
     # ---- read path: final ranking = seed_weight * structure + relevance_weight * (p_relevant - centre)
     seed_weight: float = 1.0
     # centre = the mean p_relevant of the query's judged candidates (center_relevance), else 0.5. A calibrated
@@ -113,6 +116,9 @@ class EngineConfig:
             if expected == "bool":
                 if not isinstance(value, bool):
                     raise ConfigError(f"{f.name} must be a bool, got {value!r}", f.name, value)
+            elif expected == "bool | None":
+                if value is not None and not isinstance(value, bool):
+                    raise ConfigError(f"{f.name} must be a bool or null, got {value!r}", f.name, value)
             elif expected == "int":
                 if isinstance(value, bool) or not isinstance(value, int):
                     raise ConfigError(f"{f.name} must be an int, got {value!r}", f.name, value)

@@ -39,6 +39,8 @@ class Controller:
 
     def __init__(self, client: SystemOneClient) -> None:
         self.client = client
+        # how the model expects its states rendered (`controller.states`); None when the backend declares nothing
+        self._states = getattr(getattr(client, "backend", None), "state_conventions", None)
         self._lock = threading.Lock()
         self._calls = 0
         self._requests = 0
@@ -53,6 +55,13 @@ class Controller:
             self._calls += 1
             self._requests += requests
             self._questions += questions
+
+    def state_option(self, name: str, configured: bool | None) -> bool:
+        """A state-rendering switch of `EngineConfig` (`relevance_dated`, `relevance_context`): the configured value
+        when set, else the controller's own declaration, else off."""
+        if configured is not None:
+            return configured
+        return bool(getattr(self._states, name, False))
 
     def ask(self, state: Mapping[str, Any], questions: Mapping[str, Any]) -> Answers:
         """One request; raises the controller's own errors (BackendError, InvalidRequestError)."""

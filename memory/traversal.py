@@ -117,19 +117,21 @@ def previous_memory(store: Store, node: Node) -> Node | None:
 def judge(controller: Controller, query: str, candidates: Sequence[Candidate], config: EngineConfig, *, bridge: bool = True,
           store: Store | None = None) -> None:
     """One batched call: RELEVANCE Nouls per candidate (keys candidate_{i}_relevant, and _bridge unless
-    `bridge` is False: a round that cannot be expanded further has no use for it). With
-    `config.relevance_context` and a `store`, each state also carries the memory before the candidate
-    (`previous_memory`), as data like the memory itself."""
+    `bridge` is False: a round that cannot be expanded further has no use for it). With relevance context on
+    (`config.relevance_context`, else the controller's `states.json`) and a `store`, each state also carries the
+    memory before the candidate (`previous_memory`), as data like the memory itself."""
     if not candidates:
         return
     names = ("relevant", "bridge") if bridge else ("relevant",)
+    # dated / with the previous memory as the controller was trained (its states.json), unless the config says
+    dated = controller.state_option("relevance_dated", config.relevance_dated)
+    context = controller.state_option("relevance_context", config.relevance_context)
     requests = []
     for i, cand in enumerate(candidates):
-        # Undated unless the controller was trained on dated relevance states; long texts are cut visibly.
-        memory = memory_state(replace(cand.node, content=clipped(cand.node.content, config.max_evidence_chars)),
-                              dated=config.relevance_dated)
+        # long texts are cut visibly
+        memory = memory_state(replace(cand.node, content=clipped(cand.node.content, config.max_evidence_chars)), dated=dated)
         state = {"query": query, "memory": memory}
-        prev = previous_memory(store, cand.node) if config.relevance_context and store is not None else None
+        prev = previous_memory(store, cand.node) if context and store is not None else None
         if prev is not None:
             state["previous"] = previous_text(prev.content)
         requests.append((state, keyed(f"candidate_{i}_", "relevance", names)))

@@ -111,6 +111,20 @@ def tokenizer(cfg: PipelineConfig) -> Any:
     return get_tokenizer(cfg.base_path)
 
 
+def record_states(cfg: PipelineConfig) -> dict[str, bool]:
+    """Write the model directory's `states.json` (`controller.states`) from the rules of the data build it is
+    fitted on, so the engine renders relevance states as that data did; the defaults for a build without rules."""
+    from controller.states import StateConventions, write_states
+    from training.report import read_json
+
+    rules = read_json(cfg.data / "summary.json", {}).get("config", {}).get("rules", {})
+    if not rules:
+        log.warning("%s records no build rules; %s declares the default state conventions", cfg.data / "summary.json", cfg.model)
+    states = StateConventions.from_rules(rules)
+    write_states(cfg.model, states)
+    return asdict(states)
+
+
 def stage_build_data(cfg: PipelineConfig) -> dict[str, Any]:
     from data.builders.dataset import BuildConfig, build_dataset, write_build
 
@@ -150,7 +164,8 @@ def stage_fit(cfg: PipelineConfig, *, resume: bool = False) -> dict[str, Any]:
     digest = save_artifact(model, cfg.model, base_path=cfg.base_path)
     for stale in ("reliability.png",):
         (cfg.model / stale).unlink(missing_ok=True)
-    return {"config": cfg.fit.to_json(), **asdict(result), "artifact_hash": digest, "requests": asdict(report)}
+    return {"config": cfg.fit.to_json(), **asdict(result), "artifact_hash": digest, "requests": asdict(report),
+            "states": record_states(cfg)}
 
 
 def stage_fit_specialist(cfg: PipelineConfig, *, resume: bool = False) -> dict[str, Any]:
@@ -322,7 +337,7 @@ def stage_export(cfg: PipelineConfig) -> dict[str, Any]:
     report = export_onnx(loaded.model, cfg.run / "model.onnx", batches, method=cfg.export_method)  # type: ignore[arg-type]
     size = (cfg.run / "model.onnx").stat().st_size
     summary: dict[str, Any] = {"path": report.path, "method": report.method, "parity_max_abs_diff": report.max_abs_diff, "atol": report.atol,
-                               "parity_batches": len(batches), "bytes": size}
+                               "parity_batches": len(batches), "bytes": size, "states": record_states(cfg)}
     for family, sub in load_specialists(cfg).items():  # the same check for every specialist's graph
         sub.model.cpu()
         path = cfg.run / f"model-{family}.onnx"

@@ -128,6 +128,9 @@ class RelevanceOracle(Controller):
     def usage(self) -> Usage:
         return self.inner.usage()
 
+    def state_option(self, name: str, configured: bool | None) -> bool:
+        return self.inner.state_option(name, configured)  # states rendered as for the wrapped controller
+
     def ask(self, state: Mapping[str, Any], questions: Mapping[str, Any]) -> Answers:
         return self.ask_batch([(state, questions)])[0]
 

@@ -52,6 +52,18 @@ def test_hash_covers_weights_not_metrics(tiny_artifact, tmp_path) -> None:  # ty
     assert artifact_hash(copy) != before
 
 
+def test_state_conventions_load_with_the_model_outside_its_hash(tiny_artifact, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from controller.states import StateConventions, write_states
+
+    copy = tmp_path / "m"
+    shutil.copytree(tiny_artifact, copy)
+    before = artifact_hash(copy)
+    assert load_artifact(copy).states == StateConventions()
+    write_states(copy, StateConventions(relevance_dated=True))
+    loaded = load_artifact(copy)  # the calibration still matches: the file is not hashed
+    assert loaded.states == StateConventions(relevance_dated=True) and loaded.model_hash == before
+
+
 def test_calibration_for_another_model_is_refused(tiny_artifact, tmp_path) -> None:  # type: ignore[no-untyped-def]
     copy = tmp_path / "m"
     shutil.copytree(tiny_artifact, copy)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from controller.families import PREVIOUS_MAX_CHARS, ROUTES, lookup, split_memory_text
+from controller.states import StateConventions
 from memory.config import EngineConfig
 from memory.errors import InvalidQueryError
 from memory.routing import active_views, allocate_budget, depth_for, plan_route
@@ -335,6 +336,29 @@ def test_relevance_dated_renders_candidates_with_their_date() -> None:
     memories = [r.state["memory"] for r in backend.requests if "memory" in r.state]
     assert memories and all(split_memory_text(m) == (T0.replace(hour=0, minute=0, second=0, microsecond=0),
                                                     "Caroline: I went to the pride parade.") for m in memories)
+
+
+class DeclaringBackend(RuleBackend):
+    """A backend trained on dated relevance states with context, as a model directory's states.json says."""
+
+    state_conventions = StateConventions(relevance_dated=True, relevance_context=True)
+
+
+def test_relevance_states_follow_the_controllers_declaration_unless_configured() -> None:
+    def memories(**config: Any) -> list[tuple[str, bool]]:
+        backend = DeclaringBackend()
+        engine = make_engine(backend, consolidation_every=0, **config)
+        engine.write(obs("Melanie: Did you go to the pride parade?", 0))
+        engine.write(obs("Caroline: I went to the pride parade.", 1))
+        engine.query("pride parade", k=2)
+        return sorted((r.state["memory"], "previous" in r.state) for r in backend.requests if "memory" in r.state)
+
+    declared = memories()
+    assert declared and all(split_memory_text(m)[0] is not None for m, _ in declared)
+    assert any(has_previous for _, has_previous in declared)
+    overridden = memories(relevance_dated=False, relevance_context=False)
+    assert overridden and all(split_memory_text(m)[0] is None and not has_previous for m, has_previous in overridden)
+    assert not any(split_memory_text(m)[0] for m, _ in memories(relevance_dated=False))
 
 
 def test_ask_bridge_off_asks_relevant_alone() -> None:

@@ -6,10 +6,11 @@ import shutil
 
 import pytest
 
+from controller.states import StateConventions, read_states
 from training.pipeline import STAGES, PipelineConfig, run_all, run_stage
 from training.trainer import FitConfig
 
-ALLOWED = {"config.json", "adapter", "heads.safetensors", "calibration.json", "metrics.json", "MODEL_CARD.md", "reliability.png"}
+ALLOWED = {"config.json", "adapter", "heads.safetensors", "calibration.json", "metrics.json", "MODEL_CARD.md", "reliability.png", "states.json"}
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +58,24 @@ def test_the_model_directory_is_small_and_loadable(pipeline_run) -> None:  # typ
     assert "wall-clock per stage: build_data " in card and ", export " in card and "min in all" in card
     assert "LoRA adapter (r=8, alpha=16, dropout 0.1 on query/key/value/dense)" in card  # as the fit configured it
     assert json.loads((cfg.model / "metrics.json").read_text())["total_seconds"] > 0
+    assert (cfg.model / "states.json").exists() and backend.state_conventions == StateConventions()  # undated data, no context
+
+
+def test_the_model_directory_declares_the_state_conventions_of_its_data(pipeline_run, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from training.pipeline import record_states
+
+    cfg, _ = pipeline_run
+    shutil.copytree(cfg.model, tmp_path / "model")
+    (tmp_path / "data").mkdir()
+    summary = json.loads((cfg.data / "summary.json").read_text())
+    summary["config"]["rules"] = {**summary["config"].get("rules", {}), "relevance_dated": True}
+    (tmp_path / "data" / "summary.json").write_text(json.dumps(summary))
+    new = replace(cfg, model_dir=str(tmp_path / "model"), data_dir=str(tmp_path / "data"))
+    assert record_states(new) == {"relevance_dated": True, "relevance_context": False}
+    assert read_states(tmp_path / "model") == StateConventions(relevance_dated=True)
+    assert read_states(cfg.model) == StateConventions()  # the original is untouched
 
 
 def test_refitting_forgets_measurements_of_the_old_model(pipeline_run, tmp_path) -> None:  # type: ignore[no-untyped-def]

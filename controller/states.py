@@ -1,0 +1,70 @@
+"""State conventions: how a trained controller expects the engine to render the states it judges.
+
+A model directory may hold `states.json` beside its own files:
+
+    {"format": "jevmem-states/1", "relevance_dated": true, "relevance_context": false}
+
+`relevance_dated`: relevance states render the candidate `[8 May 2023] Speaker: text`, as the controller's
+training data did (`python -m training all --relevance-dated`). `relevance_context`: relevance states carry
+`previous`, the memory written just before the candidate (`--relevance-context`). The training pipeline records
+the file from the data build it fitted on; a directory without it was trained on the defaults (both off), and
+so is any controller that declares nothing (the heuristic, a remote server). The engine follows the declaration
+unless its `EngineConfig` sets the field (`memory.control.Controller.state_option`).
+
+The file is not part of `artifact_hash`: it describes the data the weights were fitted on, as the model card does.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from controller.errors import ArtifactError
+
+FORMAT = "jevmem-states/1"
+STATES_FILE = "states.json"
+
+
+@dataclass(frozen=True)
+class StateConventions:
+    relevance_dated: bool = False
+    relevance_context: bool = False
+
+    @classmethod
+    def from_rules(cls, rules: dict[str, Any]) -> StateConventions:
+        """The conventions of a data build, from its `summary.json` `config.rules` (absent keys: off)."""
+        return cls(**{f.name: bool(rules.get(f.name, False)) for f in fields(cls)})
+
+
+def read_states(model_dir: str | Path) -> StateConventions:
+    """`model_dir/states.json`, validated; the defaults when the file does not exist."""
+    path = Path(model_dir) / STATES_FILE
+    if not path.exists():
+        return StateConventions()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ArtifactError(f"cannot read {path}: {error}") from error
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ArtifactError(f"{path} is not a {FORMAT} file")
+    known = {f.name for f in fields(StateConventions)}
+    unknown = sorted(set(data) - known - {"format"})
+    if unknown:
+        raise ArtifactError(f"{path}: unknown state conventions {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    values = {k: data.get(k, False) for k in known}
+    bad = sorted(k for k, v in values.items() if not isinstance(v, bool))
+    if bad:
+        raise ArtifactError(f"{path}: {', '.join(bad)} must be true or false")
+    return StateConventions(**values)
+
+
+def write_states(model_dir: str | Path, states: StateConventions) -> Path:
+    """Write `model_dir/states.json`; returns its path."""
+    path = Path(model_dir) / STATES_FILE
+    path.write_text(json.dumps({"format": FORMAT, **asdict(states)}, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+__all__ = ["FORMAT", "STATES_FILE", "StateConventions", "read_states", "write_states"]
