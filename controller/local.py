@@ -153,7 +153,7 @@ class LocalBackend:
             return self._answer_own(requests)
         routes: dict[str | None, list[int]] = {}
         for i, request in enumerate(requests):
-            family = request_family(request.questions)
+            family = request_family(request.questions, request.state)
             routes.setdefault(family if family in self._specialists else None, []).append(i)
         results: list[BackendResult | None] = [None] * len(requests)
         for family, indices in routes.items():

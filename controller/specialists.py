@@ -6,8 +6,9 @@ A model directory may hold `specialists.json` beside its own files:
      "families": {"relevance": {"path": "specialists/relevance", "artifact_hash": "2902ce1c..."}}}
 
 Each entry is a complete model directory (adapter, heads, its own calibration) under the main one. A request
-whose questions all belong to a specialist's family is answered by that specialist; every other request, and
-any request that mixes families, goes to the main model. One family's questions then no longer compete with
+whose questions all belong to a specialist's family is answered by that specialist (a question outside the
+catalogue belongs to the family whose state shape the request has, `request_family`); every other request,
+and any request that mixes families, goes to the main model. One family's questions then no longer compete with
 the others' for the same LoRA weights during training (the relevance plateau in the model card).
 
 The main model's files, hash and calibration are unchanged by adding a specialist: the recorded
@@ -105,12 +106,28 @@ def directory_hash(model_dir: str | Path) -> str:
     return served_hash(model_dir, artifact_hash(model_dir))
 
 
-def request_family(questions: Any) -> str | None:
-    """The one catalogue family all `questions` belong to, or None (unknown or mixed questions)."""
+def state_family(state: Any) -> str | None:
+    """The one family whose state shape `state` has (its required fields, plus any of its optional ones, and
+    nothing else), or None: no family, or several (pair and consolidation states share one shape)."""
+    if not isinstance(state, Mapping):
+        return None
+    keys = set(state)
+    found = [f.name for f in FAMILIES.values() if set(f.state_fields) <= keys <= set(f.state_fields) | set(f.optional_fields)]
+    return found[0] if len(found) == 1 else None
+
+
+def request_family(questions: Any, state: Any = None) -> str | None:
+    """The family a request belongs to, or None (mixed families, or nothing to tell): the one catalogue family
+    of all `questions`; a question outside the catalogue (a paraphrase, a client's own wording) counts as the
+    family whose state shape `state` has, when exactly one has it. Without that fallback a paraphrased
+    relevance question reached the main model, which is not trained on relevance when a specialist is, and
+    answered at chance (LoCoMo dev, README)."""
     families = set()
     for question in questions:
         found = lookup(getattr(question, "instructions", None))
         if found is None:
-            return None
+            found = (state_family(state),) if state is not None else (None,)
+            if found[0] is None:
+                return None
         families.add(found[0])
     return families.pop() if len(families) == 1 else None

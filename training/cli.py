@@ -74,10 +74,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--observation-queries", type=int, default=PipelineConfig.observation_queries,
                    help="LoCoMo observation facts per conversation used as relevance queries (train split; see data/README.md)")
     p.add_argument("--relevance-context", action=argparse.BooleanOptionalAction, default=PipelineConfig.relevance_context,
-                   help="LoCoMo relevance states carry the turn before the memory as state.previous (the engine's "
-                        "relevance_context must match)")
+                   help="LoCoMo relevance states carry the turn before the memory as state.previous (recorded in the "
+                        "model directory's states.json, which the engine follows)")
     p.add_argument("--relevance-dated", action=argparse.BooleanOptionalAction, default=PipelineConfig.relevance_dated,
-                   help="LoCoMo relevance memories carry their session date (the engine's relevance_dated must match)")
+                   help="LoCoMo relevance memories carry their session date (recorded in the model directory's states.json, which the engine follows)")
     p.add_argument("--train-conversations", type=conversation_ids, default=PipelineConfig.train_conversations,
                    help="comma-separated LoCoMo sample ids the train split may use (default: every one not held out)")
     p.add_argument("--dev-conversations", type=conversation_ids, default=PipelineConfig.dev_conversations,

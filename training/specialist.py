@@ -39,9 +39,9 @@ def specialist_fit_config(main: FitConfig, *, steps: int, lora_layers: int, max_
 
 def routed_to(request: LabeledRequest, family: str) -> bool:
     """Whether `family`'s specialist answers this request in training, calibration and evaluation: all its
-    labels are of that family. Serving routes on the catalogue instead (`controller.specialists.request_family`);
-    the two agree on every request the engine sends, since the engine asks catalogue questions only, while the
-    data also asks paraphrases the catalogue does not list (a client asking those reaches the main model)."""
+    labels are of that family. Serving routes on the catalogue and, for other wordings, on the state's shape
+    (`controller.specialists.request_family`); the two agree on every request of the decision data, paraphrases
+    included, because each family's states have a shape of their own (test)."""
     return bool(request.labels) and all(label.family == family for label in request.labels)
 
 

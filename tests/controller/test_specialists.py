@@ -117,3 +117,20 @@ def test_request_family() -> None:
     assert request_family(relevance + pair) is None
     assert request_family(relevance + custom) is None
     assert request_family(()) is None
+    # outside the catalogue, the state's shape names the family (pair and consolidation share one: none)
+    assert request_family(custom, RELEVANCE_STATE) == "relevance"
+    assert request_family(relevance + custom, {**RELEVANCE_STATE, "previous": "Melanie: How was it?"}) == "relevance"
+    assert request_family(custom, {**RELEVANCE_STATE, "extra": 1}) is None
+    assert request_family(custom, pair_state()) is None
+    assert request_family(pair + custom, RELEVANCE_STATE) is None  # a catalogue pair question on a relevance state: mixed
+    assert request_family(custom, {"observation": "I went hiking."}) == "typing"
+    assert request_family(custom, "not a mapping") is None
+
+
+def test_a_paraphrased_relevance_question_reaches_the_specialist(with_specialist: Path, tiny_artifact: Path) -> None:
+    combined = LocalBackend.load(with_specialist, runtime="torch", threads=1)
+    main = LocalBackend.load(tiny_artifact, runtime="torch", threads=1)
+    special = LocalBackend.load(with_specialist / "specialists" / "relevance", runtime="torch", threads=1)
+    paraphrase = _request(RELEVANCE_STATE, {"q": {"type": "noul", "instructions": "Would state.memory help someone answer state.query?"}})
+    assert _same(_probs(combined, [paraphrase]), _probs(special, [paraphrase]))
+    assert not _same(_probs(combined, [paraphrase]), _probs(main, [paraphrase]))

@@ -279,3 +279,21 @@ def test_the_main_fit_leaves_the_specialist_family_to_the_specialist(specialist_
     assert "relevance" not in families and len(families) >= 4
     plain = run_stage(replace(short, specialist=""), "fit")["requests"]["families"]
     assert "relevance" in plain
+
+
+def test_serving_routes_every_decision_example_to_the_model_that_learnt_it(pipeline_run) -> None:  # type: ignore[no-untyped-def]
+    """Serving's route (catalogue, else state shape) agrees with the labels' family that training and evaluation
+    route on, for paraphrased questions too: a relevance specialist answers exactly the relevance examples."""
+    from controller.families import lookup
+    from controller.questions import normalize_questions
+    from controller.specialists import request_family
+    from training.pipeline import split_examples
+
+    cfg, _ = pipeline_run
+    examples = [e for split in ("train", "calibration", "test") for e in split_examples(cfg, split)]
+    relevance = [e for e in examples if e.family == "relevance"]
+    assert relevance and len(relevance) < len(examples)
+    assert any(lookup(e.question["instructions"]) is None for e in relevance)  # paraphrases among them
+    routed = {e.id: request_family(tuple(normalize_questions({"q": e.question}).values()), e.state) for e in examples}
+    assert all(routed[e.id] == "relevance" for e in relevance)
+    assert all(routed[e.id] != "relevance" for e in examples if e.family != "relevance")
