@@ -125,9 +125,8 @@ def request_family(questions: Any, state: Any = None) -> str | None:
     families = set()
     for question in questions:
         found = lookup(getattr(question, "instructions", None))
-        if found is None:
-            found = (state_family(state),) if state is not None else (None,)
-            if found[0] is None:
-                return None
-        families.add(found[0])
+        family = found[0] if found is not None else state_family(state)
+        if family is None:
+            return None
+        families.add(family)
     return families.pop() if len(families) == 1 else None

@@ -337,7 +337,7 @@ def stage_export(cfg: PipelineConfig) -> dict[str, Any]:
     report = export_onnx(loaded.model, cfg.run / "model.onnx", batches, method=cfg.export_method)  # type: ignore[arg-type]
     size = (cfg.run / "model.onnx").stat().st_size
     summary: dict[str, Any] = {"path": report.path, "method": report.method, "parity_max_abs_diff": report.max_abs_diff, "atol": report.atol,
-                               "parity_batches": len(batches), "bytes": size, "states": record_states(cfg)}
+                               "parity_batches": len(batches), "bytes": size}
     for family, sub in load_specialists(cfg).items():  # the same check for every specialist's graph
         sub.model.cpu()
         path = cfg.run / f"model-{family}.onnx"
