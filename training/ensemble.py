@@ -6,8 +6,9 @@ Each model (a directory's relevance specialist when it has one) judges the held-
 DATA (`dev.jsonl`); the table gives every model's AUROC by kind of negative (`training.relevance_report`) and that of the mean raw logit of all of them. It says how
 much of a recipe's shortfall is seed noise (averaging removes it) and how much is bias (averaging keeps it).
 With `--cosine`, each model's logit is also combined with the base bi-encoder's (query, memory) cosine by a
-logistic regression fitted on the calibration split (`training.fusion`). Nothing is written to the model
-directories.
+logistic regression fitted on the calibration split (`training.fusion`). With `--served`, each directory also
+answers the `relevant` examples through `LocalBackend`, as a client's request is routed and calibrated, split by
+wording (`training.served`). Nothing is written to the model directories.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ def add_parser(sub: Any) -> None:
                    help="also fit logit + bi-encoder cosine on the calibration split and score it on dev (training.fusion)")
     p.add_argument("--embedder", choices=("minilm", "hashing"), default="minilm",
                    help="the cosine's embedder for --cosine (minilm: the installed base model's mean pooling)")
+    p.add_argument("--served", action="store_true",
+                   help="also answer the examples through LocalBackend (routing and calibration as served), by wording (training.served)")
     p.set_defaults(handler=run)
 
 
@@ -119,6 +122,13 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(fusion_table(fused))
         table = {"models": table, "cosine_fusion": fused}
+    if args.served:
+        from training.served import format_served, served_relevance
+
+        served = {d: served_relevance(d, examples, base=args.base, threads=args.threads) for d in args.model_dirs}
+        print()
+        print(format_served(served))
+        table = {**(table if args.cosine else {"models": table}), "served": served}
     if args.out:
         Path(args.out).write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
     return 0

@@ -297,3 +297,24 @@ def test_serving_routes_every_decision_example_to_the_model_that_learnt_it(pipel
     routed = {e.id: request_family(tuple(normalize_questions({"q": e.question}).values()), e.state) for e in examples}
     assert all(routed[e.id] == "relevance" for e in relevance)
     assert all(routed[e.id] != "relevance" for e in examples if e.family != "relevance")
+
+
+def test_served_relevance_reads_paraphrases_from_the_specialist(specialist_run) -> None:  # type: ignore[no-untyped-def]
+    from controller.backend import BackendRequest
+    from controller.families import lookup
+    from controller.local import LocalBackend
+    from controller.questions import normalize_questions
+    from training.evaluate import auroc
+    from training.pipeline import split_examples
+    from training.served import SERVED_COLUMNS, format_served, served_relevance
+
+    cfg, _ = specialist_run
+    examples = [e for split in ("calibration", "test") for e in split_examples(cfg, split) if e.family == "relevance" and e.question_name == "relevant"]
+    table = served_relevance(cfg.model, examples, base=str(cfg.base_path), threads=1)
+    assert set(table) == set(SERVED_COLUMNS) and table["all"] is not None
+    other = [e for e in examples if lookup(e.question["instructions"]) is None]
+    assert other  # the build asks some relevance questions in other wordings
+    alone = LocalBackend.load(cfg.model / "specialists" / "relevance", runtime="torch", threads=1, base_path=cfg.base_path)
+    probs = [r.probabilities[0][0] for r in alone.answer([BackendRequest(e.state, tuple(normalize_questions({"q": e.question}).values())) for e in other])]
+    assert table["other wording"] == pytest.approx(auroc(probs, [int(float(e.target) >= 0.5) for e in other]))
+    assert "| model (as served) |" in format_served({"m": table})
