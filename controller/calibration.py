@@ -6,7 +6,9 @@ fitted by minimising the NLL on a held-out split; NLL is convex in 1/T, so a bra
 finds the optimum. A group without data keeps T = 1.
 
 Questions of the built-in Jev-Mem catalogue are recognised by their instructions (`controller.families.lookup`,
-the same rule at inference and in evaluation) and carry a key `family.question` (`pair.semantic`). They are
+the same rule at inference and in evaluation) and carry a key `family.question` (`pair.semantic`); a question in
+other wording carries the family of its request's state shape (`relevance`), `controller.families.calibration_key`.
+They are
 calibrated on a hierarchy: a family gets a temperature of its own per group (`"pair:noul"`) when the
 calibration split holds at least `min_family_examples` of it, and a question gets its own
 (`"pair.semantic:noul"`) when it holds `min_question_examples` and, given cross-validation folds (the data

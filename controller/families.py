@@ -12,6 +12,7 @@ memorising them.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -199,6 +200,24 @@ def catalogue_key(question: object) -> str | None:
     its calibration is looked up by (`controller.calibration`)."""
     found = lookup(getattr(question, "instructions", None))
     return f"{found[0]}.{found[1]}" if found is not None else None
+
+
+def state_family(state: Any) -> str | None:
+    """The one family whose state shape `state` has (its required fields, plus any of its optional ones, and
+    nothing else), or None: no family, or several (pair and consolidation states share one shape)."""
+    if not isinstance(state, Mapping):
+        return None
+    keys = set(state)
+    found = [f.name for f in FAMILIES.values() if set(f.state_fields) <= keys <= set(f.state_fields) | set(f.optional_fields)]
+    return found[0] if len(found) == 1 else None
+
+
+def calibration_key(question: object, state: object = None) -> str | None:
+    """The key a question's calibration is looked up by: its catalogue key (`family.question`); for other
+    wording (a paraphrase outside the catalogue, a client's own question), the family whose state shape the
+    request has, so it gets that family's calibration rather than its kind's pooled one; None when neither
+    tells. Training labels and serving both key by this function."""
+    return catalogue_key(question) or state_family(state)
 
 
 _INDEX: dict[str, tuple[str, str]] = {

@@ -25,7 +25,7 @@ import numpy as np
 from controller.artifacts import DEFAULT_MODEL_DIR, LoadedModel, load_artifact, load_untrained
 from controller.backend import BackendRequest, BackendResult, ModelInfo
 from controller.errors import BackendUnavailableError
-from controller.families import catalogue_key
+from controller.families import calibration_key
 from controller.packing import Encoding, PackedBatch, make_batches, rows_tokens
 from controller.specialists import combined_hash, load_specialists, request_family
 from controller.states import StateConventions
@@ -170,7 +170,7 @@ class LocalBackend:
         calibration = self._loaded.calibration
         results = []
         for request, tok, values in zip(requests, tokenized, per_request):
-            probs = tuple(calibration.probabilities(q.kind, z, catalogue_key(q)) for q, z in zip(request.questions, values))
+            probs = tuple(calibration.probabilities(q.kind, z, calibration_key(q, request.state)) for q, z in zip(request.questions, values))
             tokens = rows_tokens(tok, self.encoding, self._batching["max_sequence_tokens"])
             results.append(BackendResult(probs, tokens, tok.truncated))
         return results

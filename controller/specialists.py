@@ -25,7 +25,7 @@ from typing import Any
 
 from controller.artifacts import LoadedModel, artifact_hash, load_artifact
 from controller.errors import ArtifactError
-from controller.families import FAMILIES, lookup
+from controller.families import FAMILIES, lookup, state_family
 
 FORMAT = "jevmem-specialists/1"
 INDEX = "specialists.json"
@@ -104,16 +104,6 @@ def directory_hash(model_dir: str | Path) -> str:
     """The identity of what a model directory serves: its artifact hash combined with its specialists' recorded
     hashes (what `LocalBackend.model_hash` reports once they are loaded and checked)."""
     return served_hash(model_dir, artifact_hash(model_dir))
-
-
-def state_family(state: Any) -> str | None:
-    """The one family whose state shape `state` has (its required fields, plus any of its optional ones, and
-    nothing else), or None: no family, or several (pair and consolidation states share one shape)."""
-    if not isinstance(state, Mapping):
-        return None
-    keys = set(state)
-    found = [f.name for f in FAMILIES.values() if set(f.state_fields) <= keys <= set(f.state_fields) | set(f.optional_fields)]
-    return found[0] if len(found) == 1 else None
 
 
 def request_family(questions: Any, state: Any = None) -> str | None:

@@ -23,7 +23,7 @@ import numpy as np
 
 from controller.backend import BackendRequest
 from controller.errors import InvalidRequestError
-from controller.families import catalogue_key
+from controller.families import calibration_key
 from controller.packing import Encoding, PackedBatch, make_batches
 from controller.questions import ChoiceQuestion, NoulQuestion, Question, normalize_questions
 from controller.template import TemplateTokenizer, TokenizedRequest, tokenize_request
@@ -44,7 +44,7 @@ class Label:
     example_id: str
     variant: str = ""  # "" as in the data; "noul_as_choice" for the augmentation
     options: tuple[str, ...] = ()  # Choice option names in request order (base rates, robustness)
-    catalogue: str | None = None  # `family.question` the controller recognises from the instructions (calibration)
+    catalogue: str | None = None  # its calibration key, `controller.families.calibration_key`: `family.question`, or the state's family
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ def prepare_requests(
                 augmented += 1
             names = question.labels if isinstance(question, ChoiceQuestion) else ()
             labels.append(Label(question.kind, target, example.weight, example.family, example.question_name, example.id, variant, names,
-                                catalogue_key(question)))
+                                calibration_key(question, group.state)))
         try:
             tokenized = tokenize_request(BackendRequest(group.state, tuple(questions)), tokenizer)
         except InvalidRequestError:  # InputTooLongError: the template never truncates

@@ -82,6 +82,22 @@ def test_catalogue_key_names_family_and_question_for_canonical_and_paraphrased_w
     assert catalogue_key(NoulQuestion(instructions="Is this about billing?")) is None
 
 
+def test_calibration_key_falls_back_to_the_family_of_the_state_shape() -> None:
+    from controller.families import calibration_key
+
+    relevance = {"query": "When did Caroline go?", "memory": "Caroline: I went yesterday."}
+    custom = NoulQuestion(instructions="Would state.memory help a reader answer state.query?")
+    canonical = normalize_questions(family_questions("relevance"))["relevant"]
+    assert calibration_key(canonical, relevance) == "relevance.relevant"  # catalogue wording keeps its own key
+    assert calibration_key(canonical, {"anything": 1}) == "relevance.relevant"
+    assert calibration_key(custom, relevance) == "relevance"
+    assert calibration_key(custom, {**relevance, "previous": "Melanie: How was it?"}) == "relevance"
+    assert calibration_key(custom, {**relevance, "extra": 1}) is None  # no family has that shape
+    assert calibration_key(custom, {"memory_a": "a", "memory_b": "b"}) is None  # pair and consolidation share it
+    assert calibration_key(custom, "a plain string state") is None
+    assert calibration_key(custom) is None
+
+
 def test_family_questions_are_fresh_copies_in_the_asked_order() -> None:
     first = family_questions("pair")
     first["temporal"]["criteria"]["before"] = "changed"

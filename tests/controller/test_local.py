@@ -135,3 +135,31 @@ def test_closed_backend_refuses(tiny_artifact) -> None:  # type: ignore[no-untyp
     b.close()
     with pytest.raises(BackendUnavailableError):
         b.answer([BackendRequest("x", tuple(normalize_questions(family_questions("typing")).values()))])
+
+
+def test_other_wording_is_calibrated_as_the_family_of_its_state(tiny_artifact, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import math
+    import shutil
+
+    from controller.artifacts import artifact_hash
+    from controller.calibration import Calibration, save_calibration
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_artifact, model)
+    save_calibration(Calibration({"noul": 1.0}, artifact_hash(model), family_temperatures={"relevance:noul": 1.0},
+                                 family_biases={"relevance:noul": 3.0}), model / "calibration.json")
+    custom = {"helps": {"type": "noul", "instructions": "Would state.memory help a reader answer state.query?"}}
+    relevance = {"query": "When did Caroline go to the support group?", "memory": "Caroline: I went yesterday."}
+    pooled = {"note": "Caroline went to a support group."}  # no family has this shape: the kind's pooled level
+
+    def p_yes(backend: LocalBackend, state: dict) -> float:
+        return SystemOneClient(backend).system_one(state, custom).answers["helps"].noul
+
+    plain, biased = LocalBackend.load(tiny_artifact, threads=1), LocalBackend.load(model, threads=1)
+    try:
+        logit = lambda p: math.log(p / (1 - p))  # noqa: E731
+        assert logit(p_yes(biased, relevance)) == pytest.approx(logit(p_yes(plain, relevance)) + 3.0, abs=1e-3)
+        assert p_yes(biased, pooled) == pytest.approx(p_yes(plain, pooled), abs=1e-6)
+    finally:
+        plain.close()
+        biased.close()

@@ -18,6 +18,24 @@ def test_requests_pack_every_question_of_a_state(toy_examples, tokenizer) -> Non
     assert len(choice.options) == len(choice.target) and abs(sum(choice.target) - 1) < 1e-6
 
 
+def test_labels_carry_the_calibration_key_serving_uses(toy_examples, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    from controller.families import calibration_key, state_family
+    from controller.questions import normalize_questions
+
+    train = [e for e in toy_examples if e.split == "train" and e.family == "routing"][:4]
+    assert train and state_family(train[0].state) == "routing"
+    custom = dataclasses.replace(train[0], id=train[0].id + ":custom", question_name="custom",
+                                 question={**train[0].question, "instructions": "Does state.query ask about a time?"})
+    requests, _ = prepare_requests([*train, custom], tokenizer)
+    labels = {label.example_id: label for r in requests for label in r.labels}
+    assert labels[custom.id].catalogue == "routing"  # other wording: the state's family, as `LocalBackend` keys it
+    for e in train:
+        question = next(iter(normalize_questions({"q": e.question}).values()))
+        assert labels[e.id].catalogue == calibration_key(question, e.state) is not None
+
+
 def test_noul_as_choice_keeps_the_answer() -> None:
     from controller.questions import NoulQuestion
 
