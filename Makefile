@@ -29,15 +29,16 @@ bench: $(STAMP)
 	$(PY) -m controller.bench
 
 # The shipped controller: build data -> fit -> fit the relevance specialist -> calibrate -> evaluate -> export
-# (see training/pipeline.py). The two fits stop at their minute caps if the machine is slower than 2 cores at
-# ~2.6 s per main step, so the whole run stays under an hour.
+# (see training/pipeline.py). The two fits stop at their minute caps (26 + 22) if the machine is slower than
+# 2 cores at ~3 s per main step and ~1.9 s per specialist step, so the whole run stays under an hour.
 # LoCoMo is read from LOCOMO (never bundled); TRAIN_ARGS adds flags, e.g. TRAIN_ARGS='--steps 300 --resume'.
 train: $(STAMP)
 	OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m training all \
 		--locomo $(or $(LOCOMO),../shared/data/locomo/locomo_dev6.json) \
 		--audit $(or $(LOCOMO_AUDIT),../shared/data/locomo/locomo_audit_dev6.json) \
-		--run-dir runs/jevmem-minilm --steps 650 --max-minutes 27 \
-		--specialist relevance --specialist-steps 1000 --specialist-lora-layers 3 --specialist-max-minutes 24 $(TRAIN_ARGS)
+		--run-dir runs/jevmem-minilm --steps 520 --max-minutes 26 \
+		--specialist relevance --specialist-steps 700 --specialist-lora-layers 3 --specialist-max-minutes 22 \
+		--relevance-dated --listwise-weight 1.0 $(TRAIN_ARGS)
 
 clean:
 	rm -rf $(VENV) .cache

@@ -356,18 +356,43 @@ def run_stage(cfg: PipelineConfig, stage: str, **options: Any) -> dict[str, Any]
     if stage not in _RUNNERS:
         raise PipelineError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
     cfg.run.mkdir(parents=True, exist_ok=True)
-    write_json(cfg.run / "pipeline_config.json", cfg.to_json())
+    changes = _config_changes(cfg)
     if stage in ("fit", "fit_specialist"):  # a new model invalidates everything measured on the old one
         _forget(cfg, ("calibrate", "evaluate", "export"))
     began = time.perf_counter()
     log.info("stage %s ...", stage)
     summary = _RUNNERS[stage](cfg, **options)
+    if changes:
+        summary = {**summary, "config_changes": changes}
     seconds = time.perf_counter() - began
     record_stage(cfg.run, stage, seconds, summary)
     log.info("stage %s done in %.1fs", stage, seconds)
     if (cfg.model / "config.json").exists():
         write_report(cfg.run, cfg.model, cfg.command)
     return summary
+
+
+def _config_changes(cfg: PipelineConfig) -> dict[str, Any]:
+    """The run's recipe is `pipeline_config.json`, written by `run_all` (or by the first stage run into an
+    empty run directory); a stage run on its own with other settings leaves it as it is and returns its
+    differences (`fit.steps`, `calibration_folds`, ...), which its record in stages.json keeps."""
+    from training.report import read_json
+
+    import json
+
+    path, current = cfg.run / "pipeline_config.json", json.loads(json.dumps(cfg.to_json()))  # as the file holds it
+    recorded = read_json(path, None)
+    if recorded is None:
+        write_json(path, current)
+        return {}
+    out: dict[str, Any] = {}
+    for key, value in current.items():
+        old = recorded.get(key)
+        if isinstance(value, dict) and isinstance(old, dict):
+            out.update({f"{key}.{k}": v for k, v in value.items() if old.get(k) != v})
+        elif key != "progress" and old != value:
+            out[key] = value
+    return out
 
 
 def _forget(cfg: PipelineConfig, stages: tuple[str, ...]) -> None:
@@ -382,7 +407,9 @@ def _forget(cfg: PipelineConfig, stages: tuple[str, ...]) -> None:
 
 
 def run_all(cfg: PipelineConfig, *, skip_data: bool = False, resume: bool = False) -> dict[str, Any]:
-    """Every stage in order; returns the final metrics."""
+    """Every stage in order; returns the final metrics. The run's recipe (`pipeline_config.json`) is this one."""
+    cfg.run.mkdir(parents=True, exist_ok=True)
+    write_json(cfg.run / "pipeline_config.json", cfg.to_json())
     for stage in STAGES:
         if stage == "build_data" and skip_data:
             continue

@@ -105,6 +105,24 @@ def test_calibrate_replaces_a_calibration_of_another_model(pipeline_run, tmp_pat
     assert json.loads((model / "calibration.json").read_text())["model_hash"] == artifact_hash(model)
 
 
+def test_a_stage_run_alone_keeps_the_recipe_and_records_its_own_settings(pipeline_run, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    cfg, _ = pipeline_run
+    assert json.loads((cfg.run / "pipeline_config.json").read_text()) == json.loads(json.dumps(cfg.to_json()))  # run_all's recipe
+    run, model = tmp_path / "run", tmp_path / "model"
+    shutil.copytree(cfg.model, model)
+    base = replace(cfg, run_dir=str(run), model_dir=str(model), data_dir=str(cfg.data))
+    assert run_stage(base, "calibrate").get("config_changes") is None  # the first stage in a new run directory: the recipe
+    recipe = json.loads((run / "pipeline_config.json").read_text())
+    assert run_stage(base, "calibrate").get("config_changes") is None  # the recipe's own settings: nothing to record
+    summary = run_stage(replace(base, calibration_folds="group", fit=replace(cfg.fit, steps=9)), "calibrate")
+    assert summary["config_changes"] == {"calibration_folds": "group", "fit.steps": 9}
+    assert json.loads((run / "pipeline_config.json").read_text()) == recipe  # left as make train wrote it
+    metrics = json.loads((model / "metrics.json").read_text())
+    assert metrics["calibration"]["config_changes"] == {"calibration_folds": "group", "fit.steps": 9}
+
+
 def test_stages_refuse_to_run_without_their_inputs(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from training.errors import PipelineError
 
