@@ -123,8 +123,10 @@ def _specialist_lines(spec: dict[str, Any]) -> list[str]:
         f"- **{spec['family']} specialist** (`specialists/{spec['family']}`, hash `{str(spec.get('artifact_hash'))[:12]}`): a second "
         f"adapter ({_lora_text(config)}) and heads fitted on the {spec['family']} family alone, {spec.get('steps_done')} steps "
         f"(planned {config.get('steps')}), {spec.get('labels_seen')} labels seen, calibrated on that family's calibration split "
-        f"({json.dumps((spec.get('calibration') or {}).get('family_temperatures'))}){_listwise_text(config)}. Every request whose questions are all "
-        f"{spec['family']} questions is answered by it; the held-out {spec['family']} figures below are its own, and the "
+        f"(temperatures {json.dumps((spec.get('calibration') or {}).get('family_temperatures'))}, Noul biases "
+        f"{json.dumps((spec.get('calibration') or {}).get('family_biases') or {})}){_listwise_text(config)}. Every request whose "
+        f"questions all belong to the {spec['family']} family (in the catalogue's wording, or in other wording about a "
+        f"{spec['family']} state) is answered by it; the held-out {spec['family']} figures below are its own, and the "
         "robustness and packed-vs-N-pair checks run each model on the families it serves.",
     ]
 
