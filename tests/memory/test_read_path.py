@@ -256,7 +256,8 @@ def test_traversal_finds_are_ranked_only_when_judged_relevant() -> None:
     rules = {("relevance", "relevant"): lambda s: p_target["p"] if "repair" in s["memory"] else 0.6,
              ("relevance", "bridge"): lambda s: 0.9,
              ("routing", "causal"): lambda s: 0.9, ("routing", "multi_hop"): lambda s: 1.0}
-    engine = make_engine(RuleBackend(rules), consolidation_every=0, n_seeds=2, seed_pool=3)
+    # the weight is pinned: this test is about admission (tau_admit), not about how far relevance moves a rank
+    engine = make_engine(RuleBackend(rules), consolidation_every=0, n_seeds=2, seed_pool=3, relevance_weight=1.0)
     for i, text in enumerate(FILLER):
         engine.write(obs(text, i))
     target = engine.write(obs(target_text, 100)).node_id
