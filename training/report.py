@@ -74,7 +74,8 @@ def build_metrics(run_dir: str | Path, model_dir: str | Path) -> dict[str, Any]:
     return {
         "model": {"name": config.get("name"), "version": config.get("version"), "artifact_hash": calibration.get("model_hash"),
                   "served_hash": served,
-                  "base_model": config.get("base_model"), "template": config.get("template"), "encoder": config.get("encoder")},
+                  "base_model": config.get("base_model"), "template": config.get("template"), "encoder": config.get("encoder"),
+                  "states": _states(model)},
         "stages_seconds": {k: v["seconds"] for k, v in stages.items()},
         "total_seconds": round(sum(v["seconds"] for v in stages.values()), 1),
         "data": stages.get("build_data", {}),
@@ -91,6 +92,27 @@ def build_metrics(run_dir: str | Path, model_dir: str | Path) -> dict[str, Any]:
         "acceptance": acceptance(evaluation),
         "out_of_domain": _out_of_domain(read_json(run / "ood.json", None), served),
     }
+
+
+def _states(model: Path) -> dict[str, bool]:
+    """The state conventions the model directory declares (`controller.states`; defaults without states.json)."""
+    from dataclasses import asdict
+
+    from controller.states import read_states
+
+    return asdict(read_states(model))
+
+
+def _states_text(states: dict[str, bool]) -> str:
+    """The card's line on how states must be rendered for this model."""
+    on = [{"relevance_dated": "relevance memories carry their date, `[8 May 2023] Speaker: text`",
+           "relevance_context": "relevance states carry `previous`, the memory written just before"}.get(k, k)
+          for k, v in sorted(states.items()) if v]
+    if not on:
+        return "- state conventions (`states.json`): the defaults (relevance memories undated, no `previous`)"
+    return (f"- state conventions (`states.json`): {'; '.join(on)}. The Jev-Mem engine renders states so for this model "
+            "unless its `EngineConfig` says otherwise; a client that calls the controller directly must do the same, "
+            "as training did")
 
 
 def _served_hash(model: Path, main_hash: str | None) -> str | None:
@@ -227,6 +249,7 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
           if m.get("served_hash") not in (None, m.get("artifact_hash")) else []),
         f"- base weights sha256: `{(m.get('base_model') or {}).get('sha256')}`",
         f"- template: `{(m.get('template') or {}).get('template_version')}`",
+        _states_text(m.get("states") or {}),
         f"- reproduce: `{command}` on 2 shared CPU cores; wall-clock per stage: {_stage_times(metrics.get('stages_seconds') or {})}",
         "",
         "## Training data (provenance)",

@@ -34,6 +34,8 @@ def test_make_train_runs_every_stage_and_records_its_wall_clock(pipeline_run) ->
     assert "ece_after_calibration" in metrics["acceptance"]
     assert {"wording", "option_order", "noul_vs_choice"} <= set(metrics["robustness"])
     assert {"packed", "npair"} == set(metrics["packed_vs_npair"])
+    assert metrics["model"]["states"] == {"relevance_dated": False, "relevance_context": False}
+    assert "state conventions (`states.json`): the defaults" in (cfg.model / "MODEL_CARD.md").read_text()
 
 
 def test_the_model_directory_is_small_and_loadable(pipeline_run) -> None:  # type: ignore[no-untyped-def]
@@ -194,6 +196,14 @@ def test_the_model_card_names_the_conversations_each_split_used() -> None:
     assert _heldout_sources({}) == "LoCoMo dev conv-26, conv-30 + synthetic test shard"
     assert _heldout_sources({"locomo_conversations": {"dev": ["conv-30"], "train": ["conv-26"]}}) == "LoCoMo dev conv-30 + synthetic test shard"
     assert "no LoCoMo conversation was held out" in _heldout_sources({"locomo_conversations": {"train": ["conv-26", "conv-30"]}})
+
+
+def test_the_card_states_how_states_must_be_rendered() -> None:
+    from training.report import _states_text
+
+    assert "defaults" in _states_text({"relevance_dated": False, "relevance_context": False})
+    dated = _states_text({"relevance_dated": True, "relevance_context": False})
+    assert "[8 May 2023] Speaker: text" in dated and "previous" not in dated
 
 
 def test_the_card_names_a_listwise_loss_only_when_one_was_used() -> None:
