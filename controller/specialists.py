@@ -25,7 +25,7 @@ from typing import Any
 
 from controller.artifacts import LoadedModel, artifact_hash, load_artifact
 from controller.errors import ArtifactError
-from controller.families import FAMILIES, lookup, state_family
+from controller.families import FAMILIES, calibration_key
 
 FORMAT = "jevmem-specialists/1"
 INDEX = "specialists.json"
@@ -114,9 +114,8 @@ def request_family(questions: Any, state: Any = None) -> str | None:
     answered at chance (LoCoMo dev, README)."""
     families = set()
     for question in questions:
-        found = lookup(getattr(question, "instructions", None))
-        family = found[0] if found is not None else state_family(state)
-        if family is None:
+        key = calibration_key(question, state)  # `family.question`, or the state's family
+        if key is None:
             return None
-        families.add(family)
+        families.add(key.partition(".")[0])
     return families.pop() if len(families) == 1 else None

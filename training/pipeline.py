@@ -13,6 +13,7 @@ After each stage `metrics.json` and `MODEL_CARD.md` in the model directory are r
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -377,8 +378,6 @@ def _config_changes(cfg: PipelineConfig) -> dict[str, Any]:
     empty run directory); a stage run on its own with other settings leaves it as it is and returns its
     differences (`fit.steps`, `calibration_folds`, ...), which its record in stages.json keeps."""
     from training.report import read_json
-
-    import json
 
     path, current = cfg.run / "pipeline_config.json", json.loads(json.dumps(cfg.to_json()))  # as the file holds it
     recorded = read_json(path, None)
