@@ -158,6 +158,7 @@ def fit_temperatures(
     min_question_examples: int = 150,
     bias: bool = False,
     folds: Sequence[str] | None = None,
+    keep_raw: bool = False,
 ) -> Calibration:
     """Fit one temperature per group by NLL, one per (catalogue family, group) with enough examples, and one
     per (catalogue question, group) with enough examples that beats its parent out of fold (for Nouls with
@@ -169,7 +170,9 @@ def fit_temperatures(
     `folds` as well (for example each example's data source), a bias is kept only when it lowers the
     out-of-fold NLL (fit on the other folds, scored on each), and so is a question's own calibration
     against its family's: a fit that does not carry over from one source to another would make the
-    calibration worse on new data than the coarser one.
+    calibration worse on new data than the coarser one. With `keep_raw` (and `folds`), a group's or family's
+    fit must also beat the raw logits (T = 1, no bias) out of fold; where it does not, the level is stored as
+    T = 1, so questions whose raw probabilities are already as good stay as the model gives them.
     """
     if not len(logits) == len(targets) == len(groups) or (families is not None and len(families) != len(groups)):
         raise ValueError("logits, targets, groups (and families) must have the same length")
@@ -186,9 +189,15 @@ def fit_temperatures(
             if "." in key:
                 by_question.setdefault(f"{key}:{g}", []).append(i)
     fitter = _Fitter(logits, targets, groups)
-    group_t = {g: fitter.temperature(idx) for g, idx in sorted(by_group.items())}
+    check_raw = keep_raw and folds is not None
+
+    def beats_raw(idx: list[int], with_bias: bool) -> bool:  # the fit beats T = 1 out of fold (or nothing asks it to)
+        return not check_raw or fitter.beats(idx, idx, with_bias, False, folds, parent_raw=True)
+
+    group_t = {g: fitter.temperature(idx) if beats_raw(idx, False) else 1.0 for g, idx in sorted(by_group.items())}
     levels: dict[str, tuple[float, float]] = {}
     platt: dict[str, bool] = {}  # level -> fitted with a bias
+    raw: set[str] = set()  # levels left at T = 1 because no fit beat the raw logits out of fold
 
     def keeps_bias(name: str, idx: list[int]) -> bool:  # a Noul bias, where it beats a temperature alone out of fold
         return bias and name.endswith(":noul") and (folds is None or fitter.beats(idx, idx, True, False, folds))
@@ -197,15 +206,25 @@ def fit_temperatures(
         if len(idx) < min_family_examples:
             continue
         platt[name] = keeps_bias(name, idx)
-        levels[name] = fitter.params(idx, platt[name])
+        if beats_raw(idx, platt[name]):
+            levels[name] = fitter.params(idx, platt[name])
+        else:
+            platt[name], levels[name] = False, (1.0, 0.0)
+            raw.add(name)
     for name, idx in sorted(by_question.items()):
         if len(idx) < min_question_examples:
             continue
         key, _, group = name.partition(":")
         parent = f"{key.partition('.')[0]}:{group}"
         parent_idx, parent_platt = (by_family[parent], platt[parent]) if parent in levels else (by_group[group], False)
+        parent_raw = parent in raw if parent in levels else group_t[group] == 1.0 and check_raw
         own = keeps_bias(name, idx)
-        if folds is None or fitter.beats(idx, parent_idx, own, parent_platt, folds):
+        if check_raw:  # the best of its own fit, its parent's and the raw logits on its examples, out of fold
+            choice = fitter.best(idx, {"own": (idx, own), "parent": None if parent_raw else (parent_idx, parent_platt), "raw": None}, folds)
+            if choice != "parent" or parent_raw:
+                platt[name] = own and choice == "own"
+                levels[name] = fitter.params(idx, own) if choice == "own" else (1.0, 0.0)
+        elif folds is None or fitter.beats(idx, parent_idx, own, parent_platt, folds):
             platt[name] = own
             levels[name] = fitter.params(idx, own)
     counts = {name: len(idx) for name, idx in sorted({**by_group, **by_family, **by_question}.items()) if name in group_t or name in levels}
@@ -235,11 +254,27 @@ class _Fitter:
     def score(self, idx: Sequence[int], params: tuple[float, float]) -> float:
         return len(idx) * nll([self.rows[i] for i in idx], [self.y[i] for i in idx], params[0], noul=self._noul(idx), bias=params[1])
 
+    def best(self, child: Sequence[int], candidates: dict[str, tuple[Sequence[int], bool] | None], folds: Sequence[str],
+             *, min_fold: int = 30) -> str:
+        """The candidate that scores best on the held-out folds of `child`, each fitted on the other folds of its
+        own examples (`(indices, with_bias)`; None: the raw logits, T = 1). Folds with fewer than `min_fold`
+        examples on either side are skipped; with no usable fold the first candidate wins."""
+        scores = dict.fromkeys(candidates, 0.0)
+        for key in sorted({folds[i] for i in child}):
+            test = [i for i in child if folds[i] == key]
+            trains = {n: [i for i in c[0] if folds[i] != key] for n, c in candidates.items() if c is not None}
+            if len(test) < min_fold or any(len(t) < min_fold for t in trains.values()):
+                continue
+            for n, c in candidates.items():
+                scores[n] += self.score(test, (1.0, 0.0) if c is None else self.params(trains[n], c[1]))
+        return min(candidates, key=lambda n: scores[n])  # ties (no usable fold): the first
+
     def beats(self, child: Sequence[int], parent: Sequence[int], child_bias: bool, parent_bias: bool,
-              folds: Sequence[str], *, min_fold: int = 30) -> bool:
+              folds: Sequence[str], *, min_fold: int = 30, parent_raw: bool = False) -> bool:
         """Does the fit on `child` (with a bias or not) score better on each held-out fold of `child` than the
-        fit on `parent`, both fitted on the other folds? Folds with fewer than `min_fold` examples on either
-        side are skipped; with no usable fold the finer fit is kept (nothing to check it against)."""
+        fit on `parent`, both fitted on the other folds (`parent_raw`: than the raw logits, T = 1)? Folds with
+        fewer than `min_fold` examples on either side are skipped; with no usable fold the finer fit is kept
+        (nothing to check it against)."""
         mine = theirs = 0.0
         checked = 0
         for key in sorted({folds[i] for i in child}):
@@ -249,7 +284,7 @@ class _Fitter:
             if len(test) < min_fold or len(train) < min_fold or len(parent_train) < min_fold:
                 continue
             mine += self.score(test, self.params(train, child_bias))
-            theirs += self.score(test, self.params(parent_train, parent_bias))
+            theirs += self.score(test, (1.0, 0.0) if parent_raw else self.params(parent_train, parent_bias))
             checked += 1
         return checked == 0 or mine < theirs
 

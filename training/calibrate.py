@@ -87,7 +87,7 @@ FOLDS = {"source": source_folds, "group": group_folds}
 
 
 def calibrate_predictions(predictions: Sequence[Prediction], model_hash: str | None, *, bias: bool = False,
-                          folds: str = "source") -> CalibrationResult:
+                          folds: str = "source", keep_raw: bool = False) -> CalibrationResult:
     if not predictions:
         raise ValueError("calibration needs predictions on the calibration split; it is empty")
     if folds not in FOLDS:
@@ -95,7 +95,7 @@ def calibrate_predictions(predictions: Sequence[Prediction], model_hash: str | N
     logits, targets, groups = calibration_inputs(predictions)
     families = [p.label.catalogue for p in predictions]
     calibration = fit_temperatures(logits, targets, groups, model_hash=model_hash, families=families, bias=bias,
-                                   folds=FOLDS[folds](predictions))
+                                   folds=FOLDS[folds](predictions), keep_raw=keep_raw)
     before, after = {}, {}
     for g in sorted(set(groups)):
         idx = [i for i, x in enumerate(groups) if x == g]

@@ -6,7 +6,8 @@ state: the model runs once per split, the variants are refitted from its logits 
 Variants: the calibration level (`family`: a temperature per catalogue family; `question`: also one per
 catalogue question where it beats its family out of fold), with or without the cross-validated Noul bias,
 fitted on every calibration state or on the pipeline's old sample of 300 states per family, and the folds of
-that cross-validation (data sources or groups, `training.calibrate.FOLDS`). The main model is judged on the
+that cross-validation (data sources or groups, `training.calibrate.FOLDS`), and whether a level's fit must beat the
+raw logits out of fold to be kept (`keep_raw`). The main model is judged on the
 families it serves; `--specialist FAMILY` judges the directory's specialist on its family. Nothing in the
 model directory changes. The table gives held-out NLL and ECE (raw -> calibrated) per family; a family
 meets the issue's target when it has >= 200 held-out examples, ECE <= 0.05 and no worse than raw.
@@ -30,6 +31,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "question T": {"level": "question", "bias": False, "states": 0},
     "question T+b": {"level": "question", "bias": True, "states": 0},
     "question T+b, group folds": {"level": "question", "bias": True, "states": 0, "folds": "group"},
+    "question T+b, kept where it beats raw": {"level": "question", "bias": True, "states": 0, "keep_raw": True},
+    "question T+b, group folds, kept where it beats raw": {"level": "question", "bias": True, "states": 0, "folds": "group", "keep_raw": True},
 }
 
 
@@ -55,7 +58,7 @@ def compare(calibration: Sequence[Prediction], sampled: Sequence[Prediction], he
         fit_on = at_level(sampled if spec["states"] else calibration, spec["level"])
         logits, targets, groups = calibration_inputs(fit_on)
         cal = fit_temperatures(logits, targets, groups, families=[p.label.catalogue for p in fit_on], bias=spec["bias"],
-                               folds=FOLDS[spec.get("folds", "source")](fit_on))
+                               folds=FOLDS[spec.get("folds", "source")](fit_on), keep_raw=spec.get("keep_raw", False))
         held = at_level(heldout, spec["level"])
         raw, calibrated = probabilities(held), probabilities(held, cal)
         families: dict[str, list[int]] = {"all": list(range(len(held)))}

@@ -20,7 +20,7 @@ from typing import Any
 
 from controller.families import FAMILIES
 from training.data_cli import conversation_ids
-from training.pipeline import STAGES, PipelineConfig, run_all, run_stage
+from training.pipeline import DATA_SETTINGS, STAGES, PipelineConfig, run_all, run_stage
 from training.trainer import DROPOUT_KINDS, FitConfig
 
 _FIT_FLAGS = ("steps", "tokens_per_step", "max_batch_tokens", "lr", "head_lr", "weight_decay", "warmup", "grad_clip", "family_power", "family_boost",
@@ -54,6 +54,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="fit a Noul bias beside each temperature where it survives cross-validation (default on)")
     p.add_argument("--calibration-folds", choices=("source", "group"), default=PipelineConfig.calibration_folds,
                    help="that cross-validation's folds: data sources, or groups (conversations, generator shards)")
+    p.add_argument("--calibration-keep-raw", action=argparse.BooleanOptionalAction, default=PipelineConfig.calibration_keep_raw,
+                   help="keep a group's or family's calibration only where it beats the raw logits out of fold (else T = 1)")
 
 
 def add_parser(sub: Any) -> None:
@@ -94,14 +96,13 @@ def add_parser(sub: Any) -> None:
 def config_from_args(args: argparse.Namespace) -> PipelineConfig:
     fit = FitConfig(**{name: getattr(args, name) for name in _FIT_FLAGS})
     known = {f.name for f in fields(PipelineConfig)}
-    extra = {k: getattr(args, k) for k in ("locomo", "audit", "synthetic_per_family", "dense", "query_swaps", "observation_queries", "relevance_context", "relevance_dated",
-                                  "train_conversations", "calibration_conversations", "dev_conversations") if hasattr(args, k) and k in known}
+    extra = {k: getattr(args, k) for k in DATA_SETTINGS if hasattr(args, k) and k in known}
     command = "python -m training " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "make train"
     return PipelineConfig(
         run_dir=args.run_dir, model_dir=args.model_dir, data_dir=args.data_dir, base_path=args.base, fit=fit,
         noul_as_choice_rate=args.noul_as_choice_rate, calibration_states=args.calibration_states, eval_states=args.eval_states,
         robust_states=args.robust_states, npair_states=args.npair_states, calibration_bias=args.calibration_bias,
-        calibration_folds=args.calibration_folds,
+        calibration_folds=args.calibration_folds, calibration_keep_raw=args.calibration_keep_raw,
         specialist=args.specialist, specialist_steps=args.specialist_steps, specialist_lora_layers=args.specialist_lora_layers,
         specialist_max_minutes=args.specialist_max_minutes,
         progress=not args.no_progress, command=command, **extra,

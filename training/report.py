@@ -91,7 +91,19 @@ def build_metrics(run_dir: str | Path, model_dir: str | Path) -> dict[str, Any]:
         "relevance_by_negative": evaluation.get("relevance_by_negative", {}),
         "acceptance": acceptance(evaluation),
         "out_of_domain": _out_of_domain(read_json(run / "ood.json", None), served),
+        "stage_changes": {k: v["config_changes"] for k, v in stages.items() if v.get("config_changes")},
     }
+
+
+def _stage_changes_lines(changes: dict[str, dict[str, Any]]) -> list[str]:
+    """Card lines for the stages run again alone with settings other than the recipe's (`config_changes`)."""
+    out = []
+    for stage, diff in changes.items():
+        settings = ", ".join(f"`{k}` = {json.dumps(v)}" for k, v in sorted(diff.items()) if k != "command")
+        how = f" (`{diff['command']}`)" if "command" in diff else ""
+        out.append(f"- the {stage} stage was run again alone{how}, with settings that differ from the recipe above: "
+                   f"{settings or 'none but the command'}")
+    return out
 
 
 def _states(model: Path) -> dict[str, bool]:
@@ -242,7 +254,9 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         "3-way readout head (Noul / Choice option / Score level), temperature-calibrated per question kind and option count, "
         "with a temperature of its own for each Jev-Mem catalogue family, and each catalogue question, that has enough "
         f"calibration data (a question's own only where it beats its family's across {folds}), and a Noul bias "
-        "(Platt) at each level where that cross-validation keeps it.",
+        "(Platt) at each level where that cross-validation keeps it"
+        + ("; a group's or family's calibration is kept only where it also beats the raw logits out of fold "
+           "(elsewhere it stays at T = 1)." if metrics.get("calibration", {}).get("keep_raw") else "."),
         "",
         f"- artifact hash: `{m.get('artifact_hash')}`",
         *([f"- served hash (with the specialists; `LocalBackend.model_hash`): `{m.get('served_hash')}`"]
@@ -251,6 +265,7 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         f"- template: `{(m.get('template') or {}).get('template_version')}`",
         _states_text(m.get("states") or {}),
         f"- reproduce: `{command}` on 2 shared CPU cores; wall-clock per stage: {_stage_times(metrics.get('stages_seconds') or {})}",
+        *_stage_changes_lines(metrics.get("stage_changes") or {}),
         "",
         "## Training data (provenance)",
         "",

@@ -167,3 +167,23 @@ def test_a_lookup_takes_temperature_and_bias_from_the_same_level() -> None:
     assert (cal.temperature("noul", 1, "typing.episodic"), cal.bias("noul", "typing.episodic")) == (1.5, 0.0)
     p = cal.probabilities("noul", np.array([1.0]), "pair.causal")[0]
     assert p == pytest.approx(1 / (1 + math.exp(-(1.0 / 2.0 + 0.5))))
+
+
+def test_keep_raw_leaves_a_family_whose_fit_does_not_carry_over_at_temperature_one() -> None:
+    z, y = _noul_sample(5, 4000)
+    folds = ["a" if i < 2000 else "b" for i in range(4000)]
+    # "pair" is over-confident by 3x in one source and under-confident by 3x in the other: a temperature fitted
+    # on either loses to the raw logits on the other. "typing" is 3x over-confident in both: its fit carries over.
+    pair_scale = np.where(np.array(folds) == "a", 3.0, 1.0 / 3.0)
+    logits = [[v] for v in np.concatenate([z * pair_scale, z * 3.0])]
+    targets, families = [*y, *y], ["pair"] * 4000 + ["typing"] * 4000
+    args = dict(families=families, folds=folds * 2, model_hash="h", bias=True)
+    fitted = fit_temperatures(logits, targets, ["noul"] * 8000, **args)
+    assert fitted.temperature("noul", 1, "pair") != 1.0  # without the check the pooled fit is applied
+    kept = fit_temperatures(logits, targets, ["noul"] * 8000, keep_raw=True, **args)
+    assert kept.level("noul", 1, "pair") == "pair:noul"
+    assert (kept.temperature("noul", 1, "pair"), kept.bias("noul", "pair")) == (1.0, 0.0)
+    assert kept.temperature("noul", 1, "typing") == pytest.approx(3.0, rel=0.2)
+    assert kept.probabilities("noul", np.array([1.2]), "pair")[0] == pytest.approx(1 / (1 + math.exp(-1.2)))
+    # the check needs folds: without them every fit is kept
+    assert fit_temperatures(logits, targets, ["noul"] * 8000, families=families, model_hash="h", keep_raw=True).temperature("noul", 1, "pair") != 1.0

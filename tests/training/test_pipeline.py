@@ -118,11 +118,17 @@ def test_a_stage_run_alone_keeps_the_recipe_and_records_its_own_settings(pipelin
     assert run_stage(base, "calibrate").get("config_changes") is None  # the first stage in a new run directory: the recipe
     recipe = json.loads((run / "pipeline_config.json").read_text())
     assert run_stage(base, "calibrate").get("config_changes") is None  # the recipe's own settings: nothing to record
-    summary = run_stage(replace(base, calibration_folds="group", fit=replace(cfg.fit, steps=9)), "calibrate")
+    # data-build settings are not a stage's to change (its subcommand has no flags for them): never recorded
+    summary = run_stage(replace(base, calibration_folds="group", fit=replace(cfg.fit, steps=9), locomo=None,
+                                relevance_dated=not cfg.relevance_dated), "calibrate")
     assert summary["config_changes"] == {"calibration_folds": "group", "fit.steps": 9}
     assert json.loads((run / "pipeline_config.json").read_text()) == recipe  # left as make train wrote it
     metrics = json.loads((model / "metrics.json").read_text())
     assert metrics["calibration"]["config_changes"] == {"calibration_folds": "group", "fit.steps": 9}
+    assert metrics["stage_changes"] == {"calibrate": {"calibration_folds": "group", "fit.steps": 9}}
+    card = (model / "MODEL_CARD.md").read_text()
+    assert "the calibrate stage was run again alone, with settings that differ from the recipe above: " \
+           '`calibration_folds` = "group", `fit.steps` = 9' in card
 
 
 def test_stages_refuse_to_run_without_their_inputs(tmp_path) -> None:  # type: ignore[no-untyped-def]
