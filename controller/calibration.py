@@ -171,8 +171,9 @@ def fit_temperatures(
     out-of-fold NLL (fit on the other folds, scored on each), and so is a question's own calibration
     against its family's: a fit that does not carry over from one source to another would make the
     calibration worse on new data than the coarser one. With `keep_raw` (and `folds`), a group's or family's
-    fit must also beat the raw logits (T = 1, no bias) out of fold; where it does not, the level is stored as
-    T = 1, so questions whose raw probabilities are already as good stay as the model gives them.
+    fit must also beat the raw logits (T = 1, no bias) out of fold, and a question takes the best of its own
+    fit, its parent's and the raw logits; a level the raw logits win is stored as T = 1, so questions whose raw
+    probabilities are already as good stay as the model gives them.
     """
     if not len(logits) == len(targets) == len(groups) or (families is not None and len(families) != len(groups)):
         raise ValueError("logits, targets, groups (and families) must have the same length")
