@@ -193,7 +193,7 @@ def fit_temperatures(
     check_raw = keep_raw and folds is not None
 
     def beats_raw(idx: list[int], with_bias: bool) -> bool:  # the fit beats T = 1 out of fold (or nothing asks it to)
-        return not check_raw or fitter.beats(idx, idx, with_bias, False, folds, parent_raw=True)
+        return not check_raw or fitter.best(idx, {"fit": (idx, with_bias), "raw": None}, folds) == "fit"
 
     group_t = {g: fitter.temperature(idx) if beats_raw(idx, False) else 1.0 for g, idx in sorted(by_group.items())}
     levels: dict[str, tuple[float, float]] = {}
@@ -271,11 +271,10 @@ class _Fitter:
         return min(candidates, key=lambda n: scores[n])  # ties (no usable fold): the first
 
     def beats(self, child: Sequence[int], parent: Sequence[int], child_bias: bool, parent_bias: bool,
-              folds: Sequence[str], *, min_fold: int = 30, parent_raw: bool = False) -> bool:
+              folds: Sequence[str], *, min_fold: int = 30) -> bool:
         """Does the fit on `child` (with a bias or not) score better on each held-out fold of `child` than the
-        fit on `parent`, both fitted on the other folds (`parent_raw`: than the raw logits, T = 1)? Folds with
-        fewer than `min_fold` examples on either side are skipped; with no usable fold the finer fit is kept
-        (nothing to check it against)."""
+        fit on `parent`, both fitted on the other folds? Folds with fewer than `min_fold` examples on either
+        side are skipped; with no usable fold the finer fit is kept (nothing to check it against)."""
         mine = theirs = 0.0
         checked = 0
         for key in sorted({folds[i] for i in child}):
@@ -285,7 +284,7 @@ class _Fitter:
             if len(test) < min_fold or len(train) < min_fold or len(parent_train) < min_fold:
                 continue
             mine += self.score(test, self.params(train, child_bias))
-            theirs += self.score(test, (1.0, 0.0) if parent_raw else self.params(parent_train, parent_bias))
+            theirs += self.score(test, self.params(parent_train, parent_bias))
             checked += 1
         return checked == 0 or mine < theirs
 

@@ -55,7 +55,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibration-folds", choices=("source", "group"), default=PipelineConfig.calibration_folds,
                    help="that cross-validation's folds: data sources, or groups (conversations, generator shards)")
     p.add_argument("--calibration-keep-raw", action=argparse.BooleanOptionalAction, default=PipelineConfig.calibration_keep_raw,
-                   help="keep a group's or family's calibration only where it beats the raw logits out of fold (else T = 1)")
+                   help="keep a group's, family's or question's calibration only where it beats the raw logits out of fold (else T = 1)")
 
 
 def add_parser(sub: Any) -> None:

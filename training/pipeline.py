@@ -264,17 +264,20 @@ def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
     examples = cap_states(split_examples(cfg, "calibration"), cfg.calibration_states, seed=cfg.fit.seed, by_source=False)
     requests, _ = prepare_requests(examples, tokenizer(cfg), max_questions=cfg.max_questions)
     summary: dict[str, Any] = {}
+
+    def fit(predictions: list[Any], model_hash: str | None) -> Any:  # one calibration recipe for every model
+        return calibrate_predictions(predictions, model_hash, bias=cfg.calibration_bias, folds=cfg.calibration_folds,
+                                     keep_raw=cfg.calibration_keep_raw)
+
     for family, sub in specialists.items():
         requests, own = split_requests(requests, family)
         run = predict(sub.model, own, progress=cfg.progress, desc=f"calibrate ({family})")
-        result = calibrate_predictions(run.predictions, sub.model_hash, bias=cfg.calibration_bias, folds=cfg.calibration_folds,
-                                       keep_raw=cfg.calibration_keep_raw)
+        result = fit(run.predictions, sub.model_hash)
         save_calibration(result.calibration, cfg.model / index[family]["path"] / "calibration.json")
         summary[f"specialist:{family}"] = {"examples": len(run.predictions), "nll_before": result.nll_before,
                                            "nll_after": result.nll_after, "predict_seconds": round(run.seconds, 2)}
     run = predict(loaded.model, requests, progress=cfg.progress, desc="calibrate")
-    result = calibrate_predictions(run.predictions, loaded.model_hash, bias=cfg.calibration_bias, folds=cfg.calibration_folds,
-                                       keep_raw=cfg.calibration_keep_raw)
+    result = fit(run.predictions, loaded.model_hash)
     save_calibration(result.calibration, cfg.model / "calibration.json")
     return {"examples": len(run.predictions), "folds": cfg.calibration_folds, "keep_raw": cfg.calibration_keep_raw, "nll_before": result.nll_before,
             "nll_after": result.nll_after, "predict_seconds": round(run.seconds, 2), **summary}

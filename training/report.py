@@ -255,7 +255,7 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         "with a temperature of its own for each Jev-Mem catalogue family, and each catalogue question, that has enough "
         f"calibration data (a question's own only where it beats its family's across {folds}), and a Noul bias "
         "(Platt) at each level where that cross-validation keeps it"
-        + ("; a group's or family's calibration is kept only where it also beats the raw logits out of fold "
+        + ("; a group's, family's or question's calibration is kept only where it also beats the raw logits out of fold "
            "(elsewhere it stays at T = 1)." if metrics.get("calibration", {}).get("keep_raw") else "."),
         "",
         f"- artifact hash: `{m.get('artifact_hash')}`",
