@@ -20,6 +20,10 @@ examples or on one source only would not carry over. A lookup takes the most spe
 With `bias=True` a level's Nouls also get a bias (Platt scaling, sigmoid(z / T + b), fitted jointly by NLL),
 kept only where it survives cross-validation across folds: a temperature can only sharpen or soften, a bias
 can also shift. Choices keep a temperature alone (a shared shift cancels in the softmax).
+
+`prior_shifts` (catalogue key -> log-odds) move a Noul's calibrated logit from the label rate of the
+calibration split to a rate estimated from more data (`training.calibrate.prior_shifts`): the one calibration
+conversation's rate of a question is a single draw of a rate that varies between conversations.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ class Calibration:
     fitted_on: dict[str, int] = field(default_factory=dict)  # examples per group (and per family:group)
     family_temperatures: dict[str, float] = field(default_factory=dict)  # "pair:noul" -> T
     family_biases: dict[str, float] = field(default_factory=dict)  # "pair:noul" -> b (Nouls only)
+    prior_shifts: dict[str, float] = field(default_factory=dict)  # catalogue key ("relevance.bridge") -> log-odds
 
     def __post_init__(self) -> None:
         for name, t in {**self.temperatures, **self.family_temperatures}.items():
@@ -76,6 +81,9 @@ class Calibration:
                 raise ArtifactError(f"a bias needs a family Noul temperature beside it, got {name!r}")
             if not math.isfinite(b):
                 raise ArtifactError(f"bias of {name!r} must be a finite number, not {b!r}")
+        for name, shift in self.prior_shifts.items():
+            if not name or ":" in name or not math.isfinite(shift):
+                raise ArtifactError(f"prior shift {name!r}: {shift!r} needs a catalogue key and a finite number")
 
     def level(self, kind: str, n_options: int, family: str | None = None) -> str:
         """The calibration entry a question uses: `family.question:group`, `family:group` or `group`
@@ -94,10 +102,11 @@ class Calibration:
         return float(self.temperatures.get(level, 1.0))
 
     def bias(self, kind: str, family: str | None = None) -> float:
-        """The Platt bias of a catalogue question's Noul at the level it is calibrated on (0 elsewhere)."""
+        """The Platt bias of a catalogue question's Noul at the level it is calibrated on, plus its prior shift
+        (0 elsewhere)."""
         if kind != "noul" or family is None:
             return 0.0
-        return float(self.family_biases.get(self.level(kind, 1, family), 0.0))
+        return float(self.family_biases.get(self.level(kind, 1, family), 0.0)) + float(self.prior_shifts.get(family, 0.0))
 
     def probabilities(self, kind: str, logits: np.ndarray, family: str | None = None) -> tuple[float, ...]:
         """Calibrated probabilities: (p_true,) for a Noul, a distribution otherwise."""
@@ -114,7 +123,8 @@ class Calibration:
     def to_json(self) -> dict[str, Any]:
         return {"format": FORMAT, "model_hash": self.model_hash, "temperatures": dict(sorted(self.temperatures.items())),
                 "family_temperatures": dict(sorted(self.family_temperatures.items())),
-                "family_biases": dict(sorted(self.family_biases.items())), "fitted_on": self.fitted_on}
+                "family_biases": dict(sorted(self.family_biases.items())), "fitted_on": self.fitted_on,
+                **({"prior_shifts": dict(sorted(self.prior_shifts.items()))} if self.prior_shifts else {})}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Calibration:
@@ -122,7 +132,8 @@ class Calibration:
             raise ArtifactError(f"calibration format {data.get('format')!r} is not {FORMAT!r}")
         return cls({k: float(v) for k, v in data.get("temperatures", {}).items()}, data.get("model_hash"), dict(data.get("fitted_on", {})),
                    {k: float(v) for k, v in data.get("family_temperatures", {}).items()},
-                   {k: float(v) for k, v in data.get("family_biases", {}).items()})
+                   {k: float(v) for k, v in data.get("family_biases", {}).items()},
+                   {k: float(v) for k, v in data.get("prior_shifts", {}).items()})
 
 
 def identity(model_hash: str | None = None) -> Calibration:

@@ -8,16 +8,22 @@ own fit and a Noul bias only where they survive cross-validation: across data so
 across groups, `group_folds`). A Choice
 or Score question is fitted on the index of its most probable target option; a Noul on its target
 probability. Groups without calibration data keep T = 1.
+
+With `reference` examples (the training and calibration splits), each Noul catalogue key also gets a prior
+shift (`prior_shifts`): the log-odds from its label rate on the calibration split to its rate on the reference
+examples of the same questions and sources, mixed in the calibration split's proportions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from controller.calibration import Calibration, fit_temperatures, group_of, nll
+from data.schema import DecisionExample
 from training.predict import Prediction
 
 
@@ -86,8 +92,48 @@ def group_folds(predictions: Sequence[Prediction]) -> list[str]:
 FOLDS = {"source": source_folds, "group": group_folds}
 
 
+def prior_shifts(predictions: Sequence[Prediction], reference: Iterable[DecisionExample], *,
+                 min_examples: int = 100) -> dict[str, float]:
+    """Catalogue key -> log-odds from the key's label rate among the calibration `predictions` (Nouls) to the
+    rate its questions have among the `reference` examples (training and calibration splits), each question
+    and source at its own rate, mixed in the calibration split's proportions.
+
+    A calibration map matches the label rate of the split it was fitted on. LoCoMo questions are calibrated on
+    one conversation, whose rate of a question is one draw of a rate that differs between conversations (the
+    `bridge` question: 0.23 on the calibration conversation, 0.14-0.23 on the training ones); the pooled rate
+    of every labelled conversation is the better estimate for the next one. Synthetic rates differ only by
+    sampling noise, which pooling also removes. Keys with fewer than `min_examples` calibration Nouls get none.
+    Rates are smoothed by half an example each way."""
+    source_of: dict[str, str] = {}
+    totals: dict[tuple[str, str, str], list[float]] = {}
+    for e in reference:
+        if e.question.get("type") != "noul":
+            continue
+        source_of.setdefault(e.group, e.source)
+        total = totals.setdefault((e.family, e.question_name, e.source), [0.0, 0.0])
+        total[0] += float(e.target)  # type: ignore[arg-type]
+        total[1] += 1.0
+    rate = {k: (a + 0.5) / (n + 1.0) for k, (a, n) in totals.items()}
+    by_key: dict[str, list[tuple[float, float]]] = {}  # key -> (calibration target, reference rate) per prediction
+    for p in predictions:
+        if p.kind != "noul" or p.label.catalogue is None or p.label.variant:
+            continue
+        pooled = rate.get((p.family, p.label.question_name, source_of.get(p.group, "")))
+        if pooled is not None:
+            by_key.setdefault(p.label.catalogue, []).append((float(p.label.target[0]), pooled))
+    shifts: dict[str, float] = {}
+    for key, rows in sorted(by_key.items()):
+        if len(rows) < min_examples:
+            continue
+        own = (sum(t for t, _ in rows) + 0.5) / (len(rows) + 1.0)
+        target = sum(r for _, r in rows) / len(rows)
+        shifts[key] = round(math.log(target / (1 - target)) - math.log(own / (1 - own)), 5)
+    return shifts
+
+
 def calibrate_predictions(predictions: Sequence[Prediction], model_hash: str | None, *, bias: bool = False,
-                          folds: str = "source", keep_raw: bool = False) -> CalibrationResult:
+                          folds: str = "source", keep_raw: bool = False,
+                          reference: Iterable[DecisionExample] | None = None, prior_min_examples: int = 100) -> CalibrationResult:
     if not predictions:
         raise ValueError("calibration needs predictions on the calibration split; it is empty")
     if folds not in FOLDS:
@@ -96,6 +142,8 @@ def calibrate_predictions(predictions: Sequence[Prediction], model_hash: str | N
     families = [p.label.catalogue for p in predictions]
     calibration = fit_temperatures(logits, targets, groups, model_hash=model_hash, families=families, bias=bias,
                                    folds=FOLDS[folds](predictions), keep_raw=keep_raw)
+    if reference is not None:
+        calibration = replace(calibration, prior_shifts=prior_shifts(predictions, reference, min_examples=prior_min_examples))
     before, after = {}, {}
     for g in sorted(set(groups)):
         idx = [i for i, x in enumerate(groups) if x == g]

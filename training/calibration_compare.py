@@ -7,7 +7,8 @@ Variants: the calibration level (`family`: a temperature per catalogue family; `
 catalogue question where it beats its family out of fold), with or without the cross-validated Noul bias,
 fitted on every calibration state or on the pipeline's old sample of 300 states per family, and the folds of
 that cross-validation (data sources or groups, `training.calibrate.FOLDS`), and whether a level's fit must beat the
-raw logits out of fold to be kept (`keep_raw`). The main model is judged on the
+raw logits out of fold to be kept (`keep_raw`), and whether Nouls move to each question's label rate over the
+training and calibration splits (`prior`, `training.calibrate.prior_shifts`). The main model is judged on the
 families it serves; `--specialist FAMILY` judges the directory's specialist on its family. Nothing in the
 model directory changes. The table gives held-out NLL and ECE (raw -> calibrated) per family; a family
 meets the issue's target when it has >= 200 held-out examples, ECE <= 0.05 and no worse than raw.
@@ -33,6 +34,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "question T+b, group folds": {"level": "question", "bias": True, "states": 0, "folds": "group"},
     "question T+b, kept where it beats raw": {"level": "question", "bias": True, "states": 0, "keep_raw": True},
     "question T+b, group folds, kept where it beats raw": {"level": "question", "bias": True, "states": 0, "folds": "group", "keep_raw": True},
+    "question T+b, kept where it beats raw, pooled prior": {"level": "question", "bias": True, "states": 0, "keep_raw": True, "prior": True},
 }
 
 
@@ -45,10 +47,11 @@ def at_level(predictions: Sequence[Prediction], level: str) -> list[Prediction]:
 
 
 def compare(calibration: Sequence[Prediction], sampled: Sequence[Prediction], heldout: Sequence[Prediction],
-            variants: dict[str, dict[str, Any]] = VARIANTS) -> dict[str, dict[str, Any]]:
-    """Per variant: held-out {family: {n, nll_raw, nll, ece_raw, ece, meets}} (and `all`) plus the fitted levels."""
+            variants: dict[str, dict[str, Any]] = VARIANTS, reference: Sequence[Any] = ()) -> dict[str, dict[str, Any]]:
+    """Per variant: held-out {family: {n, nll_raw, nll, ece_raw, ece, meets}} (and `all`) plus the fitted levels.
+    `reference` (the training and calibration examples) serves the variants with a pooled prior."""
     from controller.calibration import fit_temperatures
-    from training.calibrate import FOLDS, calibration_inputs
+    from training.calibrate import FOLDS, calibration_inputs, prior_shifts
     from training.evaluate import compute_metrics
     from training.predict import probabilities
     from training.report import ECE_MIN_EXAMPLES, ece_passes
@@ -59,6 +62,10 @@ def compare(calibration: Sequence[Prediction], sampled: Sequence[Prediction], he
         logits, targets, groups = calibration_inputs(fit_on)
         cal = fit_temperatures(logits, targets, groups, families=[p.label.catalogue for p in fit_on], bias=spec["bias"],
                                folds=FOLDS[spec.get("folds", "source")](fit_on), keep_raw=spec.get("keep_raw", False))
+        if spec.get("prior"):
+            if not reference:
+                raise ValueError(f"variant {name!r} needs the training and calibration examples (reference)")
+            cal = dataclasses.replace(cal, prior_shifts=prior_shifts(fit_on, reference))
         held = at_level(heldout, spec["level"])
         raw, calibrated = probabilities(held), probabilities(held, cal)
         families: dict[str, list[int]] = {"all": list(range(len(held)))}
@@ -124,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
     sampled_ids = {e.id for e in cap_states(calibration_examples, 300, seed=cfg.fit.seed, by_source=False)}
     sampled = [p for p in full if p.label.example_id in sampled_ids]
     held = logits(heldout_examples(cfg))
-    result = compare(full, sampled, held)
+    reference = [e for split in ("train", "calibration") for e in split_examples(cfg, split) if served(e)]
+    result = compare(full, sampled, held, reference=reference)
     print(compare_table(result))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")

@@ -56,6 +56,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="that cross-validation's folds: data sources, or groups (conversations, generator shards)")
     p.add_argument("--calibration-keep-raw", action=argparse.BooleanOptionalAction, default=PipelineConfig.calibration_keep_raw,
                    help="keep a group's, family's or question's calibration only where it beats the raw logits out of fold (else T = 1)")
+    p.add_argument("--calibration-prior", choices=("calibration", "pooled"), default=PipelineConfig.calibration_prior,
+                   help="the Noul label rates calibration matches: the calibration split's, or each question's rate "
+                        "over the training and calibration splits (pooled, the default)")
 
 
 def add_parser(sub: Any) -> None:
@@ -103,6 +106,7 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
         noul_as_choice_rate=args.noul_as_choice_rate, calibration_states=args.calibration_states, eval_states=args.eval_states,
         robust_states=args.robust_states, npair_states=args.npair_states, calibration_bias=args.calibration_bias,
         calibration_folds=args.calibration_folds, calibration_keep_raw=args.calibration_keep_raw,
+        calibration_prior=args.calibration_prior,
         specialist=args.specialist, specialist_steps=args.specialist_steps, specialist_lora_layers=args.specialist_lora_layers,
         specialist_max_minutes=args.specialist_max_minutes,
         progress=not args.no_progress, command=command, **extra,

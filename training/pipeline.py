@@ -71,6 +71,8 @@ class PipelineConfig:
     # kept where it beats raw"): 3 of 6 families meet the ECE target without the raw check, 4 of 6 with it.
     calibration_folds: str = "source"
     calibration_keep_raw: bool = True
+    calibration_prior: str = "pooled"  # Noul prior shifts to the train + calibration label rates; "calibration": none
+    prior_min_examples: int = 100  # calibration Nouls a catalogue key needs for a prior shift
     export_method: str = "fused"
     progress: bool = True
     command: str = "make train"
@@ -265,9 +267,14 @@ def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
     requests, _ = prepare_requests(examples, tokenizer(cfg), max_questions=cfg.max_questions)
     summary: dict[str, Any] = {}
 
+    if cfg.calibration_prior not in ("calibration", "pooled"):
+        raise PipelineError(f"unknown calibration prior {cfg.calibration_prior!r}; choose calibration or pooled")
+    reference = split_examples(cfg, "train") + split_examples(cfg, "calibration") if cfg.calibration_prior == "pooled" else None
+
     def fit(predictions: list[Any], model_hash: str | None) -> Any:  # one calibration recipe for every model
         return calibrate_predictions(predictions, model_hash, bias=cfg.calibration_bias, folds=cfg.calibration_folds,
-                                     keep_raw=cfg.calibration_keep_raw)
+                                     keep_raw=cfg.calibration_keep_raw, reference=reference,
+                                     prior_min_examples=cfg.prior_min_examples)
 
     for family, sub in specialists.items():
         requests, own = split_requests(requests, family)
@@ -275,12 +282,18 @@ def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
         result = fit(run.predictions, sub.model_hash)
         save_calibration(result.calibration, cfg.model / index[family]["path"] / "calibration.json")
         summary[f"specialist:{family}"] = {"examples": len(run.predictions), "nll_before": result.nll_before,
-                                           "nll_after": result.nll_after, "predict_seconds": round(run.seconds, 2)}
+                                           "nll_after": result.nll_after, "predict_seconds": round(run.seconds, 2),
+                                           **_shifts(result.calibration)}
     run = predict(loaded.model, requests, progress=cfg.progress, desc="calibrate")
     result = fit(run.predictions, loaded.model_hash)
     save_calibration(result.calibration, cfg.model / "calibration.json")
-    return {"examples": len(run.predictions), "folds": cfg.calibration_folds, "keep_raw": cfg.calibration_keep_raw, "nll_before": result.nll_before,
-            "nll_after": result.nll_after, "predict_seconds": round(run.seconds, 2), **summary}
+    return {"examples": len(run.predictions), "folds": cfg.calibration_folds, "keep_raw": cfg.calibration_keep_raw,
+            "prior": cfg.calibration_prior, "nll_before": result.nll_before, "nll_after": result.nll_after,
+            "predict_seconds": round(run.seconds, 2), **_shifts(result.calibration), **summary}
+
+
+def _shifts(calibration: Any) -> dict[str, Any]:
+    return {"prior_shifts": calibration.prior_shifts} if calibration.prior_shifts else {}
 
 
 def stage_evaluate(cfg: PipelineConfig) -> dict[str, Any]:

@@ -95,6 +95,18 @@ def build_metrics(run_dir: str | Path, model_dir: str | Path) -> dict[str, Any]:
     }
 
 
+def _prior_lines(calibration: dict[str, Any]) -> list[str]:
+    """The Noul prior shifts of `--calibration-prior pooled`, the main model's and each specialist's."""
+    if calibration.get("prior") != "pooled":
+        return []
+    shifts = {"main": calibration.get("prior_shifts") or {}}
+    shifts.update({k.partition(":")[2]: v.get("prior_shifts") or {} for k, v in calibration.items()
+                   if k.startswith("specialist:") and isinstance(v, dict)})
+    return ["- Noul prior shifts (`--calibration-prior pooled`: log-odds from a catalogue question's label rate on the "
+            "calibration split to its rate over the training and calibration splits, per source): "
+            + "; ".join(f"{name} {json.dumps(v)}" for name, v in shifts.items())]
+
+
 def _stage_changes_lines(changes: dict[str, dict[str, Any]]) -> list[str]:
     """Card lines for the stages run again alone with settings other than the recipe's (`config_changes`)."""
     out = []
@@ -289,6 +301,7 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         *_specialist_lines(metrics.get("specialist") or {}),
         *([f"- Noul biases (Platt, cross-validated; `--no-calibration-bias` leaves them out): {json.dumps(metrics['calibration']['family_biases'])}"]
           if metrics.get("calibration", {}).get("family_biases") else []),
+        *_prior_lines(metrics.get("calibration") or {}),
         "",
         f"## Held-out results ({_heldout_sources(data)})",
         "",

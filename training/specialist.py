@@ -99,7 +99,8 @@ class RoutedCalibration(Calibration):
 
     @classmethod
     def of(cls, main: Calibration, specialists: Mapping[str, Calibration]) -> RoutedCalibration:
-        return cls(main.temperatures, main.model_hash, main.fitted_on, main.family_temperatures, main.family_biases, dict(specialists))
+        return cls(main.temperatures, main.model_hash, main.fitted_on, main.family_temperatures, main.family_biases,
+                   main.prior_shifts, dict(specialists))
 
     def for_family(self, family: str) -> Calibration:
         return self.specialists.get(family, self)

@@ -57,6 +57,24 @@ def test_round_trip_and_hash_check(tmp_path) -> None:  # type: ignore[no-untyped
         load_calibration(path, "hash-b")
 
 
+def test_prior_shifts_add_to_a_catalogue_nouls_logit_and_round_trip(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    cal = Calibration({"noul": 2.0}, "h", family_temperatures={"relevance:noul": 2.0}, family_biases={"relevance:noul": -0.5},
+                      prior_shifts={"relevance.bridge": -0.25})
+    z = np.array([1.0])
+    assert cal.probabilities("noul", z, "relevance.bridge")[0] == pytest.approx(1 / (1 + np.exp(-(0.5 - 0.5 - 0.25))))
+    assert cal.probabilities("noul", z, "relevance.relevant")[0] == pytest.approx(1 / (1 + np.exp(-(0.5 - 0.5))))
+    assert cal.bias("choice", "relevance.bridge") == 0.0  # Nouls only
+    path = tmp_path / "calibration.json"
+    save_calibration(cal, path)
+    assert load_calibration(path, "h") == cal
+    plain = Calibration({"noul": 2.0}, "h")
+    assert "prior_shifts" not in plain.to_json()  # files without shifts keep their old form
+    with pytest.raises(ArtifactError, match="prior shift"):
+        Calibration(prior_shifts={"relevance.bridge": float("nan")})
+    with pytest.raises(ArtifactError, match="prior shift"):
+        Calibration(prior_shifts={"relevance:noul": 0.1})
+
+
 def test_invalid_temperatures_are_refused() -> None:
     with pytest.raises(ArtifactError):
         Calibration({"noul": 0.0})

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from controller.calibration import Calibration
+from data.schema import DecisionExample
 from training.calibrate import calibrate_predictions
 from training.evaluate import compute_metrics
 from training.predict import Prediction, probabilities
@@ -109,3 +110,50 @@ def test_group_folds_keep_a_bias_the_conversations_need_where_source_folds_drop_
     assert ece_group < ece_source - 0.03, (ece_group, ece_source)  # pooled with the synthetic states, yet closer
     with pytest.raises(ValueError, match="unknown calibration folds"):
         calibrate_predictions(calibration, None, folds="shards")
+
+
+def _labels(n_pos: int, n: int, group: str, *, question: str = "bridge", source: str = "locomo", split: str = "train") -> list[DecisionExample]:
+    return [DecisionExample(id=f"{group}:{i}:{question}", family="relevance", question_name=question,
+                            state={"query": "q", "memory": f"m{i}"}, question={"type": "noul", "instructions": "Does it help?"},
+                            target=float(i < n_pos), source=source, group=group, split=split) for i in range(n)]
+
+
+def _bridge(n: int, group: str, *, shift: float, seed: int) -> list[Prediction]:
+    """`bridge` Nouls of one conversation, calibrated in slope, whose positive rate moves with `shift`."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        z = rng.normal(-1.5, 1.5)
+        y = float(rng.random() < 1 / (1 + np.exp(-(z + shift))))
+        label = Label("noul", (y,), 1.0, "relevance", "bridge", f"{group}:{i}:bridge", catalogue="relevance.bridge")
+        out.append(Prediction(label, np.array([z]), "calibration", group))
+    return out
+
+
+def test_prior_shifts_move_a_question_to_its_pooled_label_rate() -> None:
+    from training.calibrate import prior_shifts
+
+    calibration = _bridge(1500, "locomo:conv-44", shift=0.8, seed=7)  # the calibration conversation: a high rate
+    cal_rate = float(np.mean([p.label.target[0] for p in calibration]))
+    cal_labels = [DecisionExample(id=p.label.example_id, family="relevance", question_name="bridge",
+                                  state={"query": "q", "memory": p.label.example_id}, question={"type": "noul", "instructions": "Does it help?"},
+                                  target=p.label.target[0], source="locomo", group=p.group, split="calibration") for p in calibration]
+    reference = (_labels(150, 1500, "locomo:conv-41") + _labels(180, 1500, "locomo:conv-42") + cal_labels
+                 + _labels(900, 1000, "synthetic:relevance:0:1", source="synthetic:relevance"))  # another source: not mixed in
+    pooled = (150 + 180 + cal_rate * 1500 + 0.5) / 4501
+    shifts = prior_shifts(calibration, reference)
+    logit = lambda p: float(np.log(p / (1 - p)))  # noqa: E731
+    assert shifts["relevance.bridge"] == pytest.approx(logit(pooled) - logit((cal_rate * 1500 + 0.5) / 1501), abs=1e-4)
+    assert shifts["relevance.bridge"] < -0.3
+    assert prior_shifts(calibration[:50], reference) == {}  # too few calibration examples to move a key
+    assert prior_shifts(calibration, _labels(900, 1000, "synthetic:relevance:0:1", source="synthetic:relevance")) == {}
+
+    plain = calibrate_predictions(calibration, None, bias=True).calibration
+    shifted = calibrate_predictions(calibration, None, bias=True, reference=reference).calibration
+    assert shifted.prior_shifts == shifts and not plain.prior_shifts
+    assert shifted.bias("noul", "relevance.bridge") == pytest.approx(plain.bias("noul", "relevance.bridge") + shifts["relevance.bridge"])
+    held = _bridge(3000, "locomo:conv-26", shift=0.0, seed=8)  # a new conversation at the training conversations' rate
+    kinds, targets = [p.kind for p in held], [p.label.target for p in held]
+    ece_plain = compute_metrics(kinds, probabilities(held, plain), targets).ece
+    ece_shifted = compute_metrics(kinds, probabilities(held, shifted), targets).ece
+    assert ece_shifted < ece_plain - 0.02, (ece_shifted, ece_plain)

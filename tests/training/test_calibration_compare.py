@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+import pytest
+
+from data.schema import DecisionExample
 from training.calibration_compare import VARIANTS, at_level, compare, compare_table
 from training.predict import Prediction
 from training.sampling import Label
@@ -25,8 +28,16 @@ def _predictions(seed: int, n: int, source: str) -> list[Prediction]:
 def test_question_level_variants_fit_each_question_and_family_variants_do_not() -> None:
     calibration = _predictions(0, 1200, "locomo") + _predictions(1, 1200, "synthetic")
     held = _predictions(2, 1600, "locomo")
-    result = compare(calibration, calibration[::3], held)
+    with pytest.raises(ValueError, match="needs the training and calibration examples"):
+        compare(calibration, calibration[::3], held)
+    reference = [DecisionExample(id=p.label.example_id, family="pair", question_name=p.label.question_name,
+                                 state={"a": "x", "b": p.label.example_id}, question={"type": "noul", "instructions": "Related?"},
+                                 target=1.0 if p.label.question_name == "semantic" else p.label.target[0],
+                                 source=p.group.partition(":")[0], group=p.group, split="train") for p in calibration]
+    result = compare(calibration, calibration[::3], held, reference=reference)
     assert list(result) == list(VARIANTS)
+    pooled, plain = result["question T+b, kept where it beats raw, pooled prior"], result["question T+b, kept where it beats raw"]
+    assert pooled["levels"] == plain["levels"] and pooled["heldout"]["pair"]["nll"] != plain["heldout"]["pair"]["nll"]
     assert "pair.semantic:noul" in result["question T"]["levels"] and "pair.semantic:noul" not in result["family T"]["levels"]
     assert result["question T"]["heldout"]["pair"]["nll"] < result["family T"]["heldout"]["pair"]["nll"]
     row = result["question T"]["heldout"]["pair"]

@@ -7,6 +7,8 @@ import shutil
 import pytest
 
 from controller.states import StateConventions, read_states
+from controller.families import FAMILIES
+from training.errors import PipelineError
 from training.pipeline import STAGES, PipelineConfig, run_all, run_stage
 from training.trainer import FitConfig
 
@@ -107,6 +109,24 @@ def test_calibrate_replaces_a_calibration_of_another_model(pipeline_run, tmp_pat
     assert json.loads((model / "calibration.json").read_text())["model_hash"] == artifact_hash(model)
 
 
+def test_a_pooled_prior_records_the_shifts_it_fits(pipeline_run, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from controller.calibration import Calibration
+
+    cfg, _ = pipeline_run
+    model = tmp_path / "model"
+    shutil.copytree(cfg.model, model)
+    pooled = replace(cfg, model_dir=str(model), run_dir=str(tmp_path / "run"), data_dir=str(cfg.data), calibration_prior="pooled",
+                     prior_min_examples=5)
+    record = run_stage(pooled, "calibrate")
+    saved = Calibration.from_json(json.loads((model / "calibration.json").read_text()))
+    assert record["prior"] == "pooled" and saved.prior_shifts and record["prior_shifts"] == saved.prior_shifts
+    assert all(key.partition(".")[0] in FAMILIES for key in saved.prior_shifts)
+    with pytest.raises(PipelineError, match="unknown calibration prior"):
+        run_stage(replace(pooled, calibration_prior="dev"), "calibrate")
+
+
 def test_a_stage_run_alone_keeps_the_recipe_and_records_its_own_settings(pipeline_run, tmp_path) -> None:  # type: ignore[no-untyped-def]
     from dataclasses import replace
 
@@ -164,6 +184,8 @@ def test_cli_keeps_build_data_and_adds_the_stages() -> None:
     assert everything.dev_conversations == () and everything.relevance_dated
     wide = config_from_args(parser.parse_args(["all", "--lora-r", "32", "--lora-alpha", "64"])).fit
     assert (wide.lora_r, wide.lora_alpha, wide.lora_dropout) == (32, 64, 0.1)
+    assert cfg.calibration_prior == "pooled"
+    assert config_from_args(parser.parse_args(["calibrate", "--calibration-prior", "calibration"])).calibration_prior == "calibration"
     args = parser.parse_args(["fit", "--resume", "--lr", "0.001"])
     assert args.resume and config_from_args(args).fit.lr == 0.001
 
@@ -217,6 +239,15 @@ def test_the_card_names_a_listwise_loss_only_when_one_was_used() -> None:
 
     assert _listwise_text({}) == "" and _listwise_text({"listwise_weight": 0.0}) == ""
     assert "0.5 x the listwise loss of `relevance.relevant`" in _listwise_text({"listwise_weight": 0.5})
+
+
+def test_the_card_lists_prior_shifts_only_for_a_pooled_prior() -> None:
+    from training.report import _prior_lines
+
+    assert _prior_lines({"prior": "calibration"}) == [] and _prior_lines({}) == []
+    lines = _prior_lines({"prior": "pooled", "prior_shifts": {"pair.semantic": 0.1},
+                          "specialist:relevance": {"prior_shifts": {"relevance.bridge": -0.11}}})
+    assert len(lines) == 1 and 'main {"pair.semantic": 0.1}; relevance {"relevance.bridge": -0.11}' in lines[0]
 
 
 def test_the_card_names_the_layers_a_partial_adapter_covers() -> None:
