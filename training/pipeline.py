@@ -247,8 +247,8 @@ def load_model_for_inference(cfg: PipelineConfig) -> Any:
 
 
 def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
-    """Temperatures (and biases) for the main model on the calibration requests it serves, and for each
-    specialist on its family's."""
+    """Temperatures (and biases, and prior shifts) for the main model on the calibration requests it serves,
+    and for each specialist on its family's."""
     import torch
 
     from controller.calibration import save_calibration
@@ -258,6 +258,8 @@ def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
     from training.sampling import cap_states, prepare_requests
     from training.specialist import split_requests
 
+    if cfg.calibration_prior not in ("calibration", "pooled"):
+        raise PipelineError(f"unknown calibration prior {cfg.calibration_prior!r}; choose calibration or pooled")
     torch.set_num_threads(cfg.fit.threads)
     index = read_index(cfg.model)
     for target in (cfg.model, *(cfg.model / e["path"] for e in index.values())):  # refitting: old ones may be of other hashes
@@ -267,8 +269,6 @@ def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
     requests, _ = prepare_requests(examples, tokenizer(cfg), max_questions=cfg.max_questions)
     summary: dict[str, Any] = {}
 
-    if cfg.calibration_prior not in ("calibration", "pooled"):
-        raise PipelineError(f"unknown calibration prior {cfg.calibration_prior!r}; choose calibration or pooled")
     reference = split_examples(cfg, "train") + split_examples(cfg, "calibration") if cfg.calibration_prior == "pooled" else None
 
     def fit(predictions: list[Any], model_hash: str | None) -> Any:  # one calibration recipe for every model
