@@ -163,3 +163,30 @@ def test_other_wording_is_calibrated_as_the_family_of_its_state(tiny_artifact, t
     finally:
         plain.close()
         biased.close()
+
+
+def test_served_nouls_take_the_prior_shift_of_their_catalogue_key(tiny_artifact, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import math
+    import shutil
+
+    from controller.artifacts import artifact_hash
+    from controller.calibration import Calibration, save_calibration
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_artifact, model)
+    save_calibration(Calibration({"noul": 1.0}, artifact_hash(model), prior_shifts={"relevance.relevant": -1.0, "relevance": 0.5}),
+                     model / "calibration.json")
+    questions = {**family_questions("relevance"),
+                 "helps": {"type": "noul", "instructions": "Would state.memory help a reader answer state.query?"}}
+    state = {"query": "When did Caroline go to the support group?", "memory": "Caroline: I went yesterday."}
+    plain, shifted = LocalBackend.load(tiny_artifact, threads=1), LocalBackend.load(model, threads=1)
+    try:
+        before = SystemOneClient(plain).system_one(state, questions).answers
+        after = SystemOneClient(shifted).system_one(state, questions).answers
+        logit = lambda p: math.log(p / (1 - p))  # noqa: E731
+        assert logit(after["relevant"].noul) == pytest.approx(logit(before["relevant"].noul) - 1.0, abs=1e-3)
+        assert logit(after["helps"].noul) == pytest.approx(logit(before["helps"].noul) + 0.5, abs=1e-3)  # other wording: the family's
+        assert after["bridge"].noul == pytest.approx(before["bridge"].noul, abs=1e-6)  # no shift of its own, none applied
+    finally:
+        plain.close()
+        shifted.close()
