@@ -206,10 +206,10 @@ def fit_temperatures(
     def beats_raw(idx: list[int], with_bias: bool) -> bool:  # the fit beats T = 1 out of fold (or nothing asks it to)
         return not check_raw or fitter.best(idx, {"fit": (idx, with_bias), "raw": None}, folds) == "fit"
 
-    group_t = {g: fitter.temperature(idx) if beats_raw(idx, False) else 1.0 for g, idx in sorted(by_group.items())}
+    raw: set[str] = {g for g, idx in by_group.items() if not beats_raw(idx, False)}  # levels left at T = 1: no fit beat raw
+    group_t = {g: 1.0 if g in raw else fitter.temperature(idx) for g, idx in sorted(by_group.items())}
     levels: dict[str, tuple[float, float]] = {}
     platt: dict[str, bool] = {}  # level -> fitted with a bias
-    raw: set[str] = set()  # levels left at T = 1 because no fit beat the raw logits out of fold
 
     def keeps_bias(name: str, idx: list[int]) -> bool:  # a Noul bias, where it beats a temperature alone out of fold
         return bias and name.endswith(":noul") and (folds is None or fitter.beats(idx, idx, True, False, folds))
@@ -229,7 +229,7 @@ def fit_temperatures(
         key, _, group = name.partition(":")
         parent = f"{key.partition('.')[0]}:{group}"
         parent_idx, parent_platt = (by_family[parent], platt[parent]) if parent in levels else (by_group[group], False)
-        parent_raw = parent in raw if parent in levels else group_t[group] == 1.0 and check_raw
+        parent_raw = parent in raw if parent in levels else group in raw
         own = keeps_bias(name, idx)
         if check_raw:  # the best of its own fit, its parent's and the raw logits on its examples, out of fold
             choice = fitter.best(idx, {"own": (idx, own), "parent": None if parent_raw else (parent_idx, parent_platt), "raw": None}, folds)

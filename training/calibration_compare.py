@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     sampled_ids = {e.id for e in cap_states(calibration_examples, 300, seed=cfg.fit.seed, by_source=False)}
     sampled = [p for p in full if p.label.example_id in sampled_ids]
     held = logits(heldout_examples(cfg))
-    reference = [e for split in ("train", "calibration") for e in split_examples(cfg, split) if served(e)]
+    reference = [e for e in split_examples(cfg, "train") if served(e)] + calibration_examples
     result = compare(full, sampled, held, reference=reference)
     print(compare_table(result))
     if args.out:

@@ -265,11 +265,11 @@ def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
     for target in (cfg.model, *(cfg.model / e["path"] for e in index.values())):  # refitting: old ones may be of other hashes
         (target / "calibration.json").unlink(missing_ok=True)
     loaded, specialists = load_model_for_inference(cfg), load_specialists(cfg)
-    examples = cap_states(split_examples(cfg, "calibration"), cfg.calibration_states, seed=cfg.fit.seed, by_source=False)
+    calibration_examples = split_examples(cfg, "calibration")
+    examples = cap_states(calibration_examples, cfg.calibration_states, seed=cfg.fit.seed, by_source=False)
     requests, _ = prepare_requests(examples, tokenizer(cfg), max_questions=cfg.max_questions)
     summary: dict[str, Any] = {}
-
-    reference = split_examples(cfg, "train") + split_examples(cfg, "calibration") if cfg.calibration_prior == "pooled" else None
+    reference = split_examples(cfg, "train") + calibration_examples if cfg.calibration_prior == "pooled" else None
 
     def fit(predictions: list[Any], model_hash: str | None) -> Any:  # one calibration recipe for every model
         return calibrate_predictions(predictions, model_hash, bias=cfg.calibration_bias, folds=cfg.calibration_folds,
