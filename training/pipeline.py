@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -296,6 +296,18 @@ def _shifts(calibration: Any) -> dict[str, Any]:
     return {"prior_shifts": calibration.prior_shifts} if calibration.prior_shifts else {}
 
 
+def heldout_intervals(preds: Sequence[Any], cal: Any, source: Callable[[Any], str]) -> dict[str, Any]:
+    """Cluster-bootstrap intervals (`training.intervals`) for what the acceptance checks read: each family's
+    ECE change from raw to calibrated, and the relevance AUROC on all held-out data, LoCoMo dev, synthetic test."""
+    from training.intervals import auroc_interval, ece_change_intervals
+
+    relevant = [p for p in preds if (p.family, p.label.question_name) == ("relevance", "relevant")]
+    auroc = {"heldout": auroc_interval(relevant, cal), "locomo_dev": auroc_interval([p for p in relevant if source(p) == "locomo"], cal),
+             "synthetic_test": auroc_interval([p for p in relevant if source(p) == "synthetic"], cal)}
+    return {"method": "cluster bootstrap (a relevance query's candidates, else a state), 1000 draws, 95% percentile",
+            "ece_change": ece_change_intervals(preds, cal), "relevance_auroc": {k: v for k, v in auroc.items() if v is not None}}
+
+
 def stage_evaluate(cfg: PipelineConfig) -> dict[str, Any]:
     import torch
 
@@ -327,6 +339,7 @@ def stage_evaluate(cfg: PipelineConfig) -> dict[str, Any]:
         "examples": len(preds), "requests": run.requests, "predict_seconds": round(run.seconds, 2), "tokens": run.tokens,
     }
     heldout["per_question"].pop("all", None)
+    heldout["intervals"] = heldout_intervals(preds, cal, source)
     # robustness and packed vs N-pair: each model on the sampled states of the families it serves
     robust = sample_states(held, cfg.robust_states, seed=cfg.fit.seed)
     paired = sample_states(held, cfg.npair_states, seed=cfg.fit.seed + 1)

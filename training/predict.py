@@ -28,6 +28,12 @@ class Prediction:
     logits: np.ndarray
     split: str
     group: str
+    list_key: str = ""  # the ranking list of its request (`LabeledRequest.list_key`): a relevance query's candidates
+
+    @property
+    def cluster(self) -> str:
+        """The unit held-out figures are resampled by (`training.intervals`): the ranking list, else the state."""
+        return self.list_key or f"{self.group}\x1f{self.label.example_id.rpartition(':')[0] or self.label.example_id}"
 
     @property
     def kind(self) -> str:
@@ -78,7 +84,7 @@ def predict(
             logits = [model(**to_tensors(b.arrays(), device)).float().cpu().numpy() for b in batches]
         tokens += sum(int((b.question_ids >= 0).sum()) for b in batches)
         for request, values in zip(part, readout.gather(logits)):
-            out.extend(Prediction(label, z, request.split, request.group) for label, z in zip(request.labels, values))
+            out.extend(Prediction(label, z, request.split, request.group, request.list_key) for label, z in zip(request.labels, values))
     return PredictRun(out, time.perf_counter() - began, len(requests), tokens)
 
 

@@ -42,23 +42,30 @@ def ece_passes(before: float, after: float) -> bool:
     return after <= ECE_TARGET and after <= before + 1e-9
 
 
+def _ci(interval: dict[str, Any] | None, name: str = "ci") -> dict[str, Any]:
+    """{name: [lo, hi]} from a `training.intervals` entry; nothing when the evaluation has none (older runs)."""
+    return {name: [interval["lo"], interval["hi"]]} if interval else {}
+
+
 def acceptance(evaluation: dict[str, Any]) -> dict[str, Any]:
     """The issue's acceptance checks, computed from the held-out tables (never edited by hand)."""
     out: dict[str, Any] = {}
     per_q = evaluation.get("heldout", {}).get("per_question", {})
+    intervals = evaluation.get("heldout", {}).get("intervals", {})
     for split_name, key in (("heldout", "relevance/relevant"), ("locomo_dev", "locomo:relevance/relevant"), ("synthetic_test", "synthetic:relevance/relevant")):
         row = per_q.get(key)
         if row:
             value = row["calibrated"]["auroc"]
             out[f"relevance_auroc_{split_name}"] = {"value": value, "target": RELEVANCE_AUROC_TARGET, "n": row["calibrated"]["n"],
-                                                   "pass": value is not None and value >= RELEVANCE_AUROC_TARGET}
+                                                   "pass": value is not None and value >= RELEVANCE_AUROC_TARGET,
+                                                   **_ci(intervals.get("relevance_auroc", {}).get(split_name))}
     ece: dict[str, Any] = {}
     for family, row in evaluation.get("heldout", {}).get("by_family", {}).items():
         if family == "all" or row["calibrated"]["n"] < ECE_MIN_EXAMPLES:
             continue
         before, after = row["raw"]["ece"], row["calibrated"]["ece"]
         ece[family] = {"n": row["calibrated"]["n"], "before": before, "after": after,
-                       "pass": ece_passes(before, after)}
+                       "pass": ece_passes(before, after), **_ci(intervals.get("ece_change", {}).get(family), "change_ci")}
     out["ece_after_calibration"] = {"target": ECE_TARGET, "min_examples": ECE_MIN_EXAMPLES, "families": ece,
                                     "pass": all(v["pass"] for v in ece.values()) if ece else False}
     return out
@@ -225,10 +232,14 @@ def _acceptance_lines(acc: dict[str, Any]) -> list[str]:
     lines = []
     for key, value in acc.items():
         if key.startswith("relevance_auroc"):
-            lines.append(f"- {key}: {_fmt(value['value'])} (target >= {value['target']}, n={value['n']}): {'PASS' if value['pass'] else 'MISS'}")
+            ci = f", 95% CI [{_fmt(value['ci'][0])}, {_fmt(value['ci'][1])}]" if "ci" in value else ""
+            lines.append(f"- {key}: {_fmt(value['value'])}{ci} (target >= {value['target']}, n={value['n']}): {'PASS' if value['pass'] else 'MISS'}")
     ece = acc.get("ece_after_calibration", {})
     for family, v in ece.get("families", {}).items():
-        lines.append(f"- ECE {family} (n={v['n']}): {_fmt(v['before'])} -> {_fmt(v['after'])} (target <= {ece['target']}, not worse): "
+        ci = ""
+        if "change_ci" in v:
+            ci = f"; change {v['after'] - v['before']:+.3f}, 95% CI [{v['change_ci'][0]:+.3f}, {v['change_ci'][1]:+.3f}]"
+        lines.append(f"- ECE {family} (n={v['n']}): {_fmt(v['before'])} -> {_fmt(v['after'])}{ci} (target <= {ece['target']}, not worse): "
                      f"{'PASS' if v['pass'] else 'MISS'}")
     return lines
 
@@ -313,6 +324,9 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         "",
         "### Acceptance",
         "",
+        *(["Intervals: cluster bootstrap over the held-out questions (a relevance query's candidates, else one state, "
+           "resampled together; 1,000 draws, `training/intervals.py`); an ECE change is calibrated minus raw on the same draws.", ""]
+          if held.get("intervals") else []),
         *_acceptance_lines(metrics.get("acceptance", {})),
         "",
         *(["### Candidate relevance by negative kind (LoCoMo dev, `relevant`)", "",

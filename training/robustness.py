@@ -153,7 +153,7 @@ def _yes_as_noul(p: Prediction) -> Prediction:
     names = list(p.label.options)
     z = p.logits[names.index("yes")] - p.logits[names.index("no")]
     target = p.label.target[names.index("yes")]
-    return Prediction(replace(p.label, kind="noul", target=(target,), options=()), np.array([z]), p.split, p.group)
+    return Prediction(replace(p.label, kind="noul", target=(target,), options=()), np.array([z]), p.split, p.group, p.list_key)
 
 
 def robustness_checks(model: Any, examples: Sequence[DecisionExample], tokenizer: Any, calibration: Calibration, seed: int = 0) -> dict[str, Any]:

@@ -34,6 +34,11 @@ def test_make_train_runs_every_stage_and_records_its_wall_clock(pipeline_run) ->
     assert metrics["fit"]["steps_done"] == 6 and metrics["data"]["counts"]["train"] > 0
     assert {"raw", "calibrated", "base_rate", "uniform"} <= set(metrics["heldout"]["by_family"]["all"])
     assert "ece_after_calibration" in metrics["acceptance"]
+    intervals = metrics["heldout"]["intervals"]
+    assert set(intervals["ece_change"]) == set(metrics["heldout"]["by_family"]) - {"all"}
+    assert all(v["lo"] <= v["hi"] and v["change"] == pytest.approx(v["calibrated"] - v["raw"], abs=2e-5) for v in intervals["ece_change"].values())
+    assert all("change_ci" in v for v in metrics["acceptance"]["ece_after_calibration"]["families"].values())
+    assert "cluster bootstrap" in (cfg.model / "MODEL_CARD.md").read_text()
     assert {"wording", "option_order", "noul_vs_choice"} <= set(metrics["robustness"])
     assert {"packed", "npair"} == set(metrics["packed_vs_npair"])
     assert metrics["model"]["states"] == {"relevance_dated": False, "relevance_context": False}
