@@ -409,9 +409,16 @@ def run_stage(cfg: PipelineConfig, stage: str, **options: Any) -> dict[str, Any]
     seconds = time.perf_counter() - began
     record_stage(cfg.run, stage, seconds, summary)
     log.info("stage %s done in %.1fs", stage, seconds)
-    if (cfg.model / "config.json").exists():
-        write_report(cfg.run, cfg.model, cfg.command)
+    if (cfg.model / "config.json").exists():  # the card's "reproduce" line names the recipe's command, not this stage's
+        write_report(cfg.run, cfg.model, _recipe_command(cfg))
     return summary
+
+
+def _recipe_command(cfg: PipelineConfig) -> str:
+    from training.report import read_json
+
+    recorded = read_json(cfg.run / "pipeline_config.json", None) or {}
+    return str(recorded.get("command") or cfg.command)
 
 
 def _config_changes(cfg: PipelineConfig) -> dict[str, Any]:

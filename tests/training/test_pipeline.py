@@ -154,6 +154,10 @@ def test_a_stage_run_alone_keeps_the_recipe_and_records_its_own_settings(pipelin
     card = (model / "MODEL_CARD.md").read_text()
     assert "the calibrate stage was run again alone, with settings that differ from the recipe above: " \
            '`calibration_folds` = "group", `fit.steps` = 9' in card
+    # run again by another command: the card still says how to reproduce the whole recipe, and names the rerun
+    run_stage(replace(base, command="python -m training calibrate --run-dir R"), "calibrate")
+    card = (model / "MODEL_CARD.md").read_text()
+    assert f"- reproduce: `{recipe['command']}`" in card and "run again alone (`python -m training calibrate --run-dir R`)" in card
 
 
 def test_stages_refuse_to_run_without_their_inputs(tmp_path) -> None:  # type: ignore[no-untyped-def]
