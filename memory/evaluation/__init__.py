@@ -1,5 +1,5 @@
 """Retrieval evaluation on LoCoMo (EVALUATION.md section 1): metrics, flat baselines, the Jev-Mem harness,
-conversation-cluster bootstrap and reports.
+conversation-cluster and question bootstraps, reports.
 
     from data.locomo import load_locomo
     from memory.evaluation import EvalConfig, run_locomo, write_report
@@ -9,7 +9,13 @@ conversation-cluster bootstrap and reports.
 Importing this package loads neither torch nor the engine; they are imported when a run needs them.
 """
 
-from memory.evaluation.bootstrap import Interval, bootstrap_intervals, paired_differences
+from memory.evaluation.bootstrap import (
+    Interval,
+    bootstrap_intervals,
+    paired_differences,
+    paired_question_differences,
+    question_intervals,
+)
 from memory.evaluation.harness import EvalConfig, EvalReport, SystemResult, run_locomo
 from memory.evaluation.metrics import Item, QuestionScore, aggregate, auroc, count_tokens, score_items
 from memory.evaluation.report import to_markdown, write_report
@@ -26,6 +32,8 @@ __all__ = [
     "bootstrap_intervals",
     "count_tokens",
     "paired_differences",
+    "paired_question_differences",
+    "question_intervals",
     "run_locomo",
     "score_items",
     "to_markdown",

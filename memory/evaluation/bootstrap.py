@@ -3,6 +3,13 @@ conversations with replacement and recompute the question-weighted mean on each 
 
 Draw i uses the same resampled conversations for every system and metric (one generator, fixed seed), so
 paired differences (system minus reference, question by question) share their draws.
+
+With few conversations that interval says little: with two, every draw is conversation A twice, B twice or
+both, so its 2.5 / 97.5 percentiles are about the two conversations' own means, a range rather than a 95 %
+interval. `question_intervals` / `paired_question_differences` resample questions within each conversation
+instead (each conversation keeps its question count): an interval for these conversations' questions, which
+is what a run on the dev pair can support; it does not cover the spread between conversations. Reports give
+both, and say which one a run with fewer than `MIN_CLUSTERS` conversations should be read by.
 """
 
 from __future__ import annotations
@@ -25,6 +32,9 @@ HEADLINE: tuple[tuple[str, str], ...] = (
     ("1-5", "MRR"),
     ("1-4", "R_frac@10"),
 )
+
+
+MIN_CLUSTERS = 5  # fewer conversations: the conversation-cluster interval is about their range, not a 95 % CI
 
 
 @dataclass(frozen=True)
@@ -99,6 +109,10 @@ def paired_differences(
     seed: int = 0,
 ) -> dict[str, Interval]:
     """CI of the mean per-question difference system - reference (questions matched by conversation and id)."""
+    return bootstrap_intervals(_differences(system, reference), clusters, targets=targets, draws=draws, seed=seed)
+
+
+def _differences(system: Sequence[QuestionScore], reference: Sequence[QuestionScore]) -> list[QuestionScore]:
     ref = {(s.conversation, s.qid): s for s in reference}
     diffs = []
     for s in system:
@@ -107,4 +121,55 @@ def paired_differences(
             continue
         shared = {m: s.values[m] - r.values[m] for m in s.values if m in r.values}
         diffs.append(QuestionScore(s.conversation, s.qid, s.category, s.n_gold, shared))
-    return bootstrap_intervals(diffs, clusters, targets=targets, draws=draws, seed=seed)
+    return diffs
+
+
+def _question_interval(values: dict[str, list[float]], clusters: Sequence[str], draws: int, seed: int) -> Interval | None:
+    """Resample each conversation's questions with replacement (its count kept); the question-weighted mean."""
+    rng = np.random.default_rng(seed)
+    totals = np.zeros(draws)
+    n = 0
+    for cluster in clusters:  # one generator, conversations in a fixed order: the same draws for every system
+        vals = np.asarray(values.get(cluster, ()), dtype=np.float64)
+        if not len(vals):
+            continue
+        totals += vals[rng.integers(0, len(vals), size=(draws, len(vals)))].sum(axis=1)
+        n += len(vals)
+    if n == 0:
+        return None
+    means = (totals / n).tolist()
+    mean = sum(sum(v) for v in values.values()) / n
+    return Interval(mean=float(mean), low=percentile(means, 2.5), high=percentile(means, 97.5), draws=draws)
+
+
+def question_intervals(
+    scores: Sequence[QuestionScore],
+    clusters: Sequence[str],
+    *,
+    targets: Sequence[tuple[str, str]] = HEADLINE,
+    draws: int = 1000,
+    seed: int = 0,
+) -> dict[str, Interval]:
+    """CI per target over questions resampled within their conversation, keyed like `bootstrap_intervals`."""
+    if draws < 1:
+        raise ValueError(f"need at least one draw (got {draws})")
+    out = {}
+    for group, metric in targets:
+        per = _per_cluster(scores, group, metric)
+        interval = _question_interval(per, [c for c in clusters if c in per], draws, seed)
+        if interval is not None:
+            out[f"{metric} [{group}]"] = interval
+    return out
+
+
+def paired_question_differences(
+    system: Sequence[QuestionScore],
+    reference: Sequence[QuestionScore],
+    clusters: Sequence[str],
+    *,
+    targets: Sequence[tuple[str, str]] = HEADLINE,
+    draws: int = 1000,
+    seed: int = 0,
+) -> dict[str, Interval]:
+    """`paired_differences` with questions resampled within their conversation."""
+    return question_intervals(_differences(system, reference), clusters, targets=targets, draws=draws, seed=seed)

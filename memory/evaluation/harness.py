@@ -27,7 +27,13 @@ from memory.config import EngineConfig, preset
 from memory.engine import Engine
 from memory.errors import MemoryEngineError
 from memory.evaluation import baselines as flat
-from memory.evaluation.bootstrap import Interval, bootstrap_intervals, paired_differences
+from memory.evaluation.bootstrap import (
+    Interval,
+    bootstrap_intervals,
+    paired_differences,
+    paired_question_differences,
+    question_intervals,
+)
 from memory.evaluation.cache import CachedEmbedder
 from memory.evaluation.costs import jevmem_costs, router_diagnostics, write_quality
 from memory.evaluation.jevmem import ConversationRun, EngineFactory, run_conversation
@@ -92,6 +98,10 @@ class SystemResult:
     table: GroupTable | None = None
     intervals: dict[str, Interval] = field(default_factory=dict)
     paired: dict[str, Interval] = field(default_factory=dict)  # this system minus the reference system
+    # the same, resampling questions within each conversation (`memory.evaluation.bootstrap`): with a few
+    # conversations, the intervals to read
+    question_intervals: dict[str, Interval] = field(default_factory=dict)
+    question_paired: dict[str, Interval] = field(default_factory=dict)
     costs: dict[str, Any] = field(default_factory=dict)
     write_quality: dict[str, Any] = field(default_factory=dict)
     router: dict[str, Any] = field(default_factory=dict)
@@ -305,7 +315,11 @@ def _finish(systems: dict[str, SystemResult], clusters: tuple[str, ...], config:
             continue
         result.table = aggregate(result.scores)
         result.intervals = bootstrap_intervals(result.scores, clusters, draws=config.bootstrap_draws, seed=config.seed)
+        result.question_intervals = question_intervals(result.scores, clusters, draws=config.bootstrap_draws, seed=config.seed)
         if reference is not None and reference is not result and reference.error is None:
             result.paired = paired_differences(
+                result.scores, reference.scores, clusters, draws=config.bootstrap_draws, seed=config.seed
+            )
+            result.question_paired = paired_question_differences(
                 result.scores, reference.scores, clusters, draws=config.bootstrap_draws, seed=config.seed
             )

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from memory.evaluation.bootstrap import Interval
+from memory.evaluation.bootstrap import MIN_CLUSTERS, Interval
 from memory.evaluation.harness import EvalReport, SystemResult
 from memory.evaluation.metrics import CATEGORY_LABELS
 
@@ -53,6 +53,8 @@ def system_dict(result: SystemResult) -> dict[str, Any]:
         out["counts"] = result.table.counts
     out["intervals"] = {k: _interval(v) for k, v in result.intervals.items()}
     out["paired_vs_reference"] = {k: _interval(v) for k, v in result.paired.items()}
+    out["question_intervals"] = {k: _interval(v) for k, v in result.question_intervals.items()}
+    out["question_paired_vs_reference"] = {k: _interval(v) for k, v in result.question_paired.items()}
     out["costs"] = result.costs
     out["write_quality"] = result.write_quality
     out["router"] = result.router
@@ -126,7 +128,12 @@ def to_markdown(report: EvalReport) -> str:
         cells = [f"{_f(_value(r, '1-5', f'R_frac@{c}'))} / {_f(_value(r, '1-5', f'R_all@{c}'))}" for c in cuts]
         rows.append([r.name, *cells, _f(_value(r, "1-5", "tokens@ret"), 0), _f(_value(r, "1-5", "items@ret"), 1)])
     lines += _table(["system", *(f"@{c}" for c in cuts), "tokens@ret", "items@ret"], rows)
+    n_conv = len(report.conversations)
+    few = n_conv < MIN_CLUSTERS
     lines += ["", f"## Conversation-cluster bootstrap ({cfg.bootstrap_draws} draws, seed {cfg.seed}): mean [95 % CI]", ""]
+    if few:
+        lines += [f"With {n_conv} conversation{'s' if n_conv != 1 else ''}, these intervals are about the range of the per-conversation "
+                  "means, not 95 % intervals; read the question bootstrap below (it does not cover the spread between conversations).", ""]
     keys = list(ok[0].intervals) if ok else []
     rows = [[r.name, *(_ci(r.intervals.get(k)) for k in keys)] for r in ok]
     lines += _table(["system", *keys], rows)
@@ -135,6 +142,13 @@ def to_markdown(report: EvalReport) -> str:
         lines += ["", f"## Paired difference: system minus {cfg.reference_system}", ""]
         rows = [[r.name, *(_ci(r.paired.get(k)) for k in keys)] for r in paired]
         lines += _table(["system", *keys], rows)
+    lines += ["", f"## Question bootstrap within conversations ({cfg.bootstrap_draws} draws, seed {cfg.seed}): mean [95 % CI]", "",
+              "Questions resampled with replacement inside each conversation (each keeps its count): intervals for these "
+              "conversations' questions.", ""]
+    lines += _table(["system", *keys], [[r.name, *(_ci(r.question_intervals.get(k)) for k in keys)] for r in ok])
+    if paired:
+        lines += ["", f"Paired difference, system minus {cfg.reference_system}:", ""]
+        lines += _table(["system", *keys], [[r.name, *(_ci(r.question_paired.get(k)) for k in keys)] for r in paired])
     lines += _costs(ok)
     return "\n".join(lines) + "\n"
 

@@ -1,11 +1,17 @@
-"""Conversation-cluster bootstrap: determinism, degenerate cases and paired differences."""
+"""Conversation-cluster and question bootstraps: determinism, degenerate cases and paired differences."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from memory.evaluation.bootstrap import bootstrap_intervals, draw_indices, paired_differences
+from memory.evaluation.bootstrap import (
+    bootstrap_intervals,
+    draw_indices,
+    paired_differences,
+    paired_question_differences,
+    question_intervals,
+)
 from memory.evaluation.metrics import QuestionScore
 
 TARGETS = (("1-5", "m"), ("1", "m"))
@@ -63,3 +69,37 @@ def test_paired_difference_has_the_right_sign_and_matches_questions() -> None:
     # a question the reference lacks is left out
     extra = [*better, QuestionScore("a", "unmatched", 1, 1, {"m": 1.0})]
     assert paired_differences(extra, SYSTEM, CLUSTERS, targets=TARGETS, draws=50, seed=1)["m [1-5]"].mean == pytest.approx(0.5)
+
+
+def _two_conversations(seed: int) -> list[QuestionScore]:
+    rng = np.random.default_rng(seed)
+    a = [(4, float(v)) for v in rng.random(200) < 0.9]  # one conversation answered well, one badly
+    b = [(4, float(v)) for v in rng.random(100) < 0.3]
+    return _scores({"a": a, "b": b})
+
+
+def test_with_two_conversations_the_cluster_interval_is_their_range_and_the_question_one_is_not() -> None:
+    scores = _two_conversations(0)
+    a = np.mean([s.values["m"] for s in scores if s.conversation == "a"])
+    b = np.mean([s.values["m"] for s in scores if s.conversation == "b"])
+    cluster = bootstrap_intervals(scores, ("a", "b"), targets=TARGETS[:1], draws=1000, seed=0)["m [1-5]"]
+    assert (cluster.low, cluster.high) == pytest.approx((b, a))  # every draw: a twice, b twice or both
+    question = question_intervals(scores, ("a", "b"), targets=TARGETS[:1], draws=1000, seed=0)["m [1-5]"]
+    assert question.mean == pytest.approx(cluster.mean)
+    assert b < question.low < question.mean < question.high < a
+    assert question.high - question.low < 0.15  # about +-2 standard errors of a mean over 300 questions
+    assert question == question_intervals(scores, ("a", "b"), targets=TARGETS[:1], draws=1000, seed=0)["m [1-5]"]
+
+
+def test_question_bootstrap_keeps_each_conversation_and_pairs_questions() -> None:
+    only = [s for s in SYSTEM if s.conversation == "b"]
+    single = question_intervals(only, ("b",), targets=TARGETS, draws=200, seed=0)["m [1-5]"]
+    assert single.mean == pytest.approx(1 / 3) and single.low < single.high  # questions still vary within it
+    assert "m [1]" in question_intervals(SYSTEM, CLUSTERS, targets=TARGETS, draws=50, seed=0)
+    same = paired_question_differences(SYSTEM, SYSTEM, CLUSTERS, targets=TARGETS, draws=100, seed=1)["m [1-5]"]
+    assert (same.mean, same.low, same.high) == (0.0, 0.0, 0.0)
+    better = [QuestionScore(s.conversation, s.qid, s.category, 1, {"m": 1.0}) for s in SYSTEM]
+    diff = paired_question_differences(better, SYSTEM, CLUSTERS, targets=TARGETS, draws=200, seed=1)["m [1-5]"]
+    assert diff.mean == pytest.approx(0.5) and 0.0 <= diff.low <= diff.high <= 1.0
+    with pytest.raises(ValueError):
+        question_intervals(SYSTEM, CLUSTERS, draws=0)

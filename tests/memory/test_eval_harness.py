@@ -165,10 +165,16 @@ def test_real_engine_with_heuristic_controller(convs: list[Conversation], tmp_pa
     assert "auroc_multi_hop_cat1" in engine.router
     rrf = report.systems["rrf"]
     assert rrf.paired == {} and set(engine.paired) == set(engine.intervals)
+    assert set(engine.question_intervals) == set(engine.intervals) and set(engine.question_paired) == set(engine.paired)
+    assert rrf.question_paired == {}
+    markdown = to_markdown(report)
+    assert "## Question bootstrap within conversations" in markdown
+    assert f"With {len(convs)} conversations, these intervals are about the range" in markdown  # fewer than 5
     paths = write_report(report, tmp_path / "out")
     data = json.loads(paths["json"].read_text())
     assert data["questions"] == 8 and list(data["systems"]) == ["bm25", "dense", "rrf", "jevmem-heuristic"]
     assert data["systems"]["bm25"]["groups"]["1-5"]["R_any@10"] == report.systems["bm25"].table.means["1-5"]["R_any@10"]
+    assert set(data["systems"]["jevmem-heuristic"]["question_paired_vs_reference"]) == set(engine.paired)
     rows = paths["questions"].read_text().splitlines()
     assert len(rows) == 4 * 8
     assert "| jevmem-heuristic |" in paths["markdown"].read_text()
