@@ -9,13 +9,7 @@ conversation-cluster and question bootstraps, reports.
 Importing this package loads neither torch nor the engine; they are imported when a run needs them.
 """
 
-from memory.evaluation.bootstrap import (
-    Interval,
-    bootstrap_intervals,
-    paired_differences,
-    paired_question_differences,
-    question_intervals,
-)
+from memory.evaluation.bootstrap import Interval, bootstrap_intervals, paired_differences
 from memory.evaluation.harness import EvalConfig, EvalReport, SystemResult, run_locomo
 from memory.evaluation.metrics import Item, QuestionScore, aggregate, auroc, count_tokens, score_items
 from memory.evaluation.report import to_markdown, write_report
@@ -32,8 +26,6 @@ __all__ = [
     "bootstrap_intervals",
     "count_tokens",
     "paired_differences",
-    "paired_question_differences",
-    "question_intervals",
     "run_locomo",
     "score_items",
     "to_markdown",

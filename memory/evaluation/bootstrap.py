@@ -6,7 +6,7 @@ paired differences (system minus reference, question by question) share their dr
 
 With few conversations that interval says little: with two, every draw is conversation A twice, B twice or
 both, so its 2.5 / 97.5 percentiles are about the two conversations' own means, a range rather than a 95 %
-interval. `question_intervals` / `paired_question_differences` resample questions within each conversation
+interval. `unit="question"` resamples questions within each conversation
 instead (each conversation keeps its question count): an interval for these conversations' questions, which
 is what a run on the dev pair can support; it does not cover the spread between conversations. Reports give
 both, and say which one a run with fewer than `MIN_CLUSTERS` conversations should be read by.
@@ -35,6 +35,7 @@ HEADLINE: tuple[tuple[str, str], ...] = (
 
 
 MIN_CLUSTERS = 5  # fewer conversations: the conversation-cluster interval is about their range, not a 95 % CI
+UNITS = ("conversation", "question")
 
 
 @dataclass(frozen=True)
@@ -88,12 +89,20 @@ def bootstrap_intervals(
     targets: Sequence[tuple[str, str]] = HEADLINE,
     draws: int = 1000,
     seed: int = 0,
+    unit: str = "conversation",
 ) -> dict[str, Interval]:
-    """CI per target, keyed `"<metric> [<group>]"`."""
+    """CI per target, keyed `"<metric> [<group>]"`, resampling whole conversations (`unit="conversation"`) or
+    questions within each conversation (`unit="question"`)."""
+    if unit not in UNITS:
+        raise ValueError(f"unknown bootstrap unit {unit!r}; choose from {', '.join(UNITS)}")
     idx = draw_indices(len(clusters), draws, seed)
     out = {}
     for group, metric in targets:
-        interval = _interval(_per_cluster(scores, group, metric), clusters, idx)
+        per = _per_cluster(scores, group, metric)
+        if unit == "question":
+            interval = _question_interval(per, [c for c in clusters if c in per], draws, seed)
+        else:
+            interval = _interval(per, clusters, idx)
         if interval is not None:
             out[f"{metric} [{group}]"] = interval
     return out
@@ -107,9 +116,10 @@ def paired_differences(
     targets: Sequence[tuple[str, str]] = HEADLINE,
     draws: int = 1000,
     seed: int = 0,
+    unit: str = "conversation",
 ) -> dict[str, Interval]:
     """CI of the mean per-question difference system - reference (questions matched by conversation and id)."""
-    return bootstrap_intervals(_differences(system, reference), clusters, targets=targets, draws=draws, seed=seed)
+    return bootstrap_intervals(_differences(system, reference), clusters, targets=targets, draws=draws, seed=seed, unit=unit)
 
 
 def _differences(system: Sequence[QuestionScore], reference: Sequence[QuestionScore]) -> list[QuestionScore]:
@@ -140,36 +150,3 @@ def _question_interval(values: dict[str, list[float]], clusters: Sequence[str], 
     means = (totals / n).tolist()
     mean = sum(sum(v) for v in values.values()) / n
     return Interval(mean=float(mean), low=percentile(means, 2.5), high=percentile(means, 97.5), draws=draws)
-
-
-def question_intervals(
-    scores: Sequence[QuestionScore],
-    clusters: Sequence[str],
-    *,
-    targets: Sequence[tuple[str, str]] = HEADLINE,
-    draws: int = 1000,
-    seed: int = 0,
-) -> dict[str, Interval]:
-    """CI per target over questions resampled within their conversation, keyed like `bootstrap_intervals`."""
-    if draws < 1:
-        raise ValueError(f"need at least one draw (got {draws})")
-    out = {}
-    for group, metric in targets:
-        per = _per_cluster(scores, group, metric)
-        interval = _question_interval(per, [c for c in clusters if c in per], draws, seed)
-        if interval is not None:
-            out[f"{metric} [{group}]"] = interval
-    return out
-
-
-def paired_question_differences(
-    system: Sequence[QuestionScore],
-    reference: Sequence[QuestionScore],
-    clusters: Sequence[str],
-    *,
-    targets: Sequence[tuple[str, str]] = HEADLINE,
-    draws: int = 1000,
-    seed: int = 0,
-) -> dict[str, Interval]:
-    """`paired_differences` with questions resampled within their conversation."""
-    return question_intervals(_differences(system, reference), clusters, targets=targets, draws=draws, seed=seed)

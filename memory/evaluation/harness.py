@@ -27,13 +27,7 @@ from memory.config import EngineConfig, preset
 from memory.engine import Engine
 from memory.errors import MemoryEngineError
 from memory.evaluation import baselines as flat
-from memory.evaluation.bootstrap import (
-    Interval,
-    bootstrap_intervals,
-    paired_differences,
-    paired_question_differences,
-    question_intervals,
-)
+from memory.evaluation.bootstrap import Interval, bootstrap_intervals, paired_differences
 from memory.evaluation.cache import CachedEmbedder
 from memory.evaluation.costs import jevmem_costs, router_diagnostics, write_quality
 from memory.evaluation.jevmem import ConversationRun, EngineFactory, run_conversation
@@ -314,12 +308,9 @@ def _finish(systems: dict[str, SystemResult], clusters: tuple[str, ...], config:
         if result.error is not None:
             continue
         result.table = aggregate(result.scores)
-        result.intervals = bootstrap_intervals(result.scores, clusters, draws=config.bootstrap_draws, seed=config.seed)
-        result.question_intervals = question_intervals(result.scores, clusters, draws=config.bootstrap_draws, seed=config.seed)
+        draws = {"draws": config.bootstrap_draws, "seed": config.seed}
+        result.intervals = bootstrap_intervals(result.scores, clusters, **draws)
+        result.question_intervals = bootstrap_intervals(result.scores, clusters, unit="question", **draws)
         if reference is not None and reference is not result and reference.error is None:
-            result.paired = paired_differences(
-                result.scores, reference.scores, clusters, draws=config.bootstrap_draws, seed=config.seed
-            )
-            result.question_paired = paired_question_differences(
-                result.scores, reference.scores, clusters, draws=config.bootstrap_draws, seed=config.seed
-            )
+            result.paired = paired_differences(result.scores, reference.scores, clusters, **draws)
+            result.question_paired = paired_differences(result.scores, reference.scores, clusters, unit="question", **draws)

@@ -5,13 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memory.evaluation.bootstrap import (
-    bootstrap_intervals,
-    draw_indices,
-    paired_differences,
-    paired_question_differences,
-    question_intervals,
-)
+from memory.evaluation.bootstrap import bootstrap_intervals, draw_indices, paired_differences
 from memory.evaluation.metrics import QuestionScore
 
 TARGETS = (("1-5", "m"), ("1", "m"))
@@ -84,22 +78,22 @@ def test_with_two_conversations_the_cluster_interval_is_their_range_and_the_ques
     b = np.mean([s.values["m"] for s in scores if s.conversation == "b"])
     cluster = bootstrap_intervals(scores, ("a", "b"), targets=TARGETS[:1], draws=1000, seed=0)["m [1-5]"]
     assert (cluster.low, cluster.high) == pytest.approx((b, a))  # every draw: a twice, b twice or both
-    question = question_intervals(scores, ("a", "b"), targets=TARGETS[:1], draws=1000, seed=0)["m [1-5]"]
+    question = bootstrap_intervals(scores, ("a", "b"), targets=TARGETS[:1], draws=1000, seed=0, unit="question")["m [1-5]"]
     assert question.mean == pytest.approx(cluster.mean)
     assert b < question.low < question.mean < question.high < a
     assert question.high - question.low < 0.15  # about +-2 standard errors of a mean over 300 questions
-    assert question == question_intervals(scores, ("a", "b"), targets=TARGETS[:1], draws=1000, seed=0)["m [1-5]"]
+    assert question == bootstrap_intervals(scores, ("a", "b"), targets=TARGETS[:1], draws=1000, seed=0, unit="question")["m [1-5]"]
 
 
 def test_question_bootstrap_keeps_each_conversation_and_pairs_questions() -> None:
     only = [s for s in SYSTEM if s.conversation == "b"]
-    single = question_intervals(only, ("b",), targets=TARGETS, draws=200, seed=0)["m [1-5]"]
+    single = bootstrap_intervals(only, ("b",), targets=TARGETS, draws=200, seed=0, unit="question")["m [1-5]"]
     assert single.mean == pytest.approx(1 / 3) and single.low < single.high  # questions still vary within it
-    assert "m [1]" in question_intervals(SYSTEM, CLUSTERS, targets=TARGETS, draws=50, seed=0)
-    same = paired_question_differences(SYSTEM, SYSTEM, CLUSTERS, targets=TARGETS, draws=100, seed=1)["m [1-5]"]
+    assert "m [1]" in bootstrap_intervals(SYSTEM, CLUSTERS, targets=TARGETS, draws=50, seed=0, unit="question")
+    same = paired_differences(SYSTEM, SYSTEM, CLUSTERS, targets=TARGETS, draws=100, seed=1, unit="question")["m [1-5]"]
     assert (same.mean, same.low, same.high) == (0.0, 0.0, 0.0)
     better = [QuestionScore(s.conversation, s.qid, s.category, 1, {"m": 1.0}) for s in SYSTEM]
-    diff = paired_question_differences(better, SYSTEM, CLUSTERS, targets=TARGETS, draws=200, seed=1)["m [1-5]"]
+    diff = paired_differences(better, SYSTEM, CLUSTERS, targets=TARGETS, draws=200, seed=1, unit="question")["m [1-5]"]
     assert diff.mean == pytest.approx(0.5) and 0.0 <= diff.low <= diff.high <= 1.0
-    with pytest.raises(ValueError):
-        question_intervals(SYSTEM, CLUSTERS, draws=0)
+    with pytest.raises(ValueError, match="unknown bootstrap unit"):
+        bootstrap_intervals(SYSTEM, CLUSTERS, unit="state")
