@@ -23,7 +23,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         importlib.import_module(module).add_parser(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    return int(args.handler(args))
+    from data.schema import DataError
+    from training.errors import TrainingError
+
+    try:
+        return int(args.handler(args))
+    except (DataError, TrainingError) as error:  # bad input or a stage that cannot run: a message, not a traceback
+        print(f"error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from dataclasses import fields
 from typing import Any
 
 from controller.families import FAMILIES
-from training.data_cli import conversation_ids
+from training.data_cli import add_include, conversation_ids
 from training.pipeline import DATA_SETTINGS, STAGES, PipelineConfig, run_all, run_stage
 from training.trainer import DROPOUT_KINDS, FitConfig
 
@@ -91,6 +91,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--calibration-conversations", type=conversation_ids, default=PipelineConfig.calibration_conversations,
                    help="comma-separated LoCoMo sample ids held out for calibration (default conv-44; empty: none, so "
                         "the LoCoMo questions are calibrated on synthetic data alone)")
+    add_include(p)
     p.add_argument("--skip-data", action="store_true", help="reuse the data already under --data-dir")
     p.add_argument("--resume", action="store_true", help="resume the fit stage from its latest checkpoint")
     p.set_defaults(handler=run, stage="all")
@@ -100,6 +101,8 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
     fit = FitConfig(**{name: getattr(args, name) for name in _FIT_FLAGS})
     known = {f.name for f in fields(PipelineConfig)}
     extra = {k: getattr(args, k) for k in DATA_SETTINGS if hasattr(args, k) and k in known}
+    if "include" in extra:
+        extra["include"] = tuple(extra["include"])
     command = "python -m training " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "make train"
     return PipelineConfig(
         run_dir=args.run_dir, model_dir=args.model_dir, data_dir=args.data_dir, base_path=args.base, fit=fit,

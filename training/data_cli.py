@@ -1,6 +1,6 @@
 """Data commands: `build-data` (the decision data set) and `distill` (teacher labels for it).
 
-    python -m training build-data --locomo PATH --audit PATH --out DIR [--synthetic-per-family N] [--seed S]
+    python -m training build-data --locomo PATH --audit PATH --out DIR [--synthetic-per-family N] [--seed S] [--include FILE ...]
     python -m training distill --data DIR --split train --base-url URL --name NAME --out FILE
 
 build-data writes DIR/{train,calibration,dev,test}.jsonl and DIR/summary.json and prints the summary table
@@ -43,6 +43,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--train-conversations", type=conversation_ids, default=(),
                    help="comma-separated LoCoMo sample ids the train split may use (default: every one not held out)")
     p.add_argument("--questions", action="store_true", help="also print the per-question label balance of the train split")
+    add_include(p)
     p.set_defaults(handler=run)
     d = sub.add_parser("distill", help="record a teacher's soft answers for decision examples (any wire-protocol server; never Jev)")
     d.add_argument("--data", required=True, help="directory of split files written by build-data")
@@ -74,6 +75,12 @@ def run_distill(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_include(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--include", nargs="+", default=[], metavar="FILE",
+                   help="decision-example JSONL files added as training data (a teacher's `distill` output, your own "
+                        "labelled decisions); examples of held-out groups are dropped and counted")
+
+
 def conversation_ids(text: str) -> tuple[str, ...]:
     """"conv-41, conv-42" -> ("conv-41", "conv-42"); "" -> ()."""
     return tuple(c.strip() for c in text.split(",") if c.strip())
@@ -88,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
                                           calibration_groups=calibration), rules=LocomoRules(query_swaps=args.query_swaps, observation_queries=args.observation_queries,
                                                                                    relevance_context=args.relevance_context,
                                                                                    relevance_dated=args.relevance_dated),
-        train_conversations=args.train_conversations,
+        train_conversations=args.train_conversations, include=tuple(args.include),
     )
     result = build_dataset(config)
     counts = write_build(result, args.out)
@@ -100,5 +107,7 @@ def run(args: argparse.Namespace) -> int:
     steps = ", ".join(f"{k} {v:.1f}s" for k, v in result.seconds.items())
     print(f"written {sum(counts.values())} examples to {args.out} ({counts})")
     print(f"dropped: {result.too_long} over-long states, {result.disjoint.dropped} for cross-split text")
+    for path, n in result.included.items():
+        print(f"included {path}: {n['read']} read, {n['train']} as training data, {n['held_out_dropped']} of held-out groups dropped")
     print(f"build wall-clock {time.perf_counter() - start:.1f}s ({steps})")
     return 0

@@ -44,6 +44,7 @@ class PipelineConfig:
     relevance_context: bool = False  # LoCoMo relevance states carry the turn before the memory (`LocomoRules`)
     relevance_dated: bool = False  # LoCoMo relevance memories carry their session date (`LocomoRules`)
     train_conversations: tuple[str, ...] = ()  # LoCoMo conversations the train split may use (empty: all it would)
+    include: tuple[str, ...] = ()  # decision-example files added as training data (`data.builders.dataset.included_examples`)
     calibration_conversations: tuple[str, ...] = ("conv-44",)  # LoCoMo conversations held out for calibration
     dev_conversations: tuple[str, ...] = DEV_CONVERSATIONS  # LoCoMo conversations held out for evaluation
     base_path: str | None = None  # default: the installed MiniLM package
@@ -142,7 +143,7 @@ def stage_build_data(cfg: PipelineConfig) -> dict[str, Any]:
                                        seed=cfg.fit.seed, dense=cfg.dense, rules=LocomoRules(query_swaps=cfg.query_swaps, observation_queries=cfg.observation_queries,
                                                                          relevance_context=cfg.relevance_context,
                                                                          relevance_dated=cfg.relevance_dated),
-                                       train_conversations=tuple(cfg.train_conversations),
+                                       train_conversations=tuple(cfg.train_conversations), include=tuple(cfg.include),
                                        plan=SplitPlan(dev_groups=tuple(f"locomo:{c}" for c in cfg.dev_conversations),
                                                      calibration_groups=tuple(f"locomo:{c}" for c in cfg.calibration_conversations))))
     counts = write_build(result, cfg.data)
@@ -151,6 +152,7 @@ def stage_build_data(cfg: PipelineConfig) -> dict[str, Any]:
         if e.group.startswith("locomo:"):
             conversations.setdefault(e.split, set()).add(e.group.partition(":")[2])
     return {"counts": counts, "too_long": result.too_long, "dropped_for_leakage": result.disjoint.dropped,
+            **({"included": result.included} if result.included else {}),
             "locomo": bool(cfg.locomo), "locomo_conversations": {k: sorted(v) for k, v in sorted(conversations.items())},
             "steps_seconds": {k: round(v, 2) for k, v in result.seconds.items()}}
 
@@ -390,7 +392,7 @@ _RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
 # PipelineConfig fields only the data build reads (`make train` / `python -m training all` set them).
 DATA_SETTINGS: tuple[str, ...] = ("locomo", "audit", "synthetic_per_family", "dense", "query_swaps", "observation_queries",
                                   "relevance_context", "relevance_dated", "train_conversations", "calibration_conversations",
-                                  "dev_conversations")
+                                  "dev_conversations", "include")
 
 
 def run_stage(cfg: PipelineConfig, stage: str, **options: Any) -> dict[str, Any]:

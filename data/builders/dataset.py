@@ -3,8 +3,8 @@
     result = build_dataset(BuildConfig(locomo="…/locomo_dev6.json", audit="…/locomo_audit_dev6.json"))
     write_build(result, "out/decisions")   # train/calibration/dev/test.jsonl + summary.json
 
-Steps: LoCoMo examples (when a path is given) and synthetic examples, each with its split from the group
-(`SplitPlan`); states longer than `max_state_chars` are dropped (the template never truncates, and a
+Steps: LoCoMo examples (when a path is given), synthetic examples and any included example files (training
+data only: `included_examples`), each with its split from the group (`SplitPlan`); states longer than `max_state_chars` are dropped (the template never truncates, and a
 state must leave room for its question inside 512 positions); `enforce_disjoint` removes examples whose
 source text also appears in a split of higher priority; `check_disjoint` and `check_groups` then prove it.
 """
@@ -46,6 +46,9 @@ class BuildConfig:
     # calibration conversations are kept either way. For learning curves over the number of labelled conversations.
     train_conversations: tuple[str, ...] = ()
     style: QuestionStyle = field(default_factory=QuestionStyle)
+    # Decision-example JSONL files added to the train split (teacher recordings, an application's own labelled
+    # decisions): see `included_examples`.
+    include: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.dense not in DENSE_CHOICES:
@@ -65,6 +68,7 @@ class BuildResult:
     too_long: int  # examples dropped for an over-long state
     disjoint: DisjointReport
     config: BuildConfig
+    included: dict[str, dict[str, int]] = field(default_factory=dict)  # path -> read / held_out (dropped) / train
 
 
 def _embedder(name: str) -> Any:
@@ -90,6 +94,35 @@ def training_subset(conversations: Sequence[Conversation], config: BuildConfig) 
             if config.plan.split_for(f"locomo:{c.sample_id}") != "train" or c.sample_id in config.train_conversations]
 
 
+def included_examples(paths: Sequence[str], plan: SplitPlan, taken: set[str]) -> tuple[list[DecisionExample], dict[str, dict[str, int]]]:
+    """The examples of decision-example JSONL files (`data.schema`; a torn last line is skipped), as training
+    data: each example's split follows its group under `plan` (a teacher record keeps its input's group, so it
+    lands where its input did; a group the plan does not name is "train"), and those that land in a held-out
+    split are dropped and counted, so calibration and evaluation keep reading the builders' own labels only.
+    An id seen before (in `taken`, the built examples' ids, or in an earlier file) is an error: the same file
+    given twice, or records that would shadow each other. Returns the examples and per-file counts."""
+    from data.schema import read_jsonl
+    from data.splits import apply_plan
+
+    out: list[DecisionExample] = []
+    counts: dict[str, dict[str, int]] = {}
+    for path in paths:
+        try:
+            rows = apply_plan(read_jsonl(path), plan)
+        except OSError as error:
+            raise DataError(f"cannot read included decision examples {path}: {error}") from error
+        seen = [e.id for e in rows if e.id in taken]
+        if seen:
+            raise DataError(f"{path}: {len(seen)} example ids already in the build (first {seen[0]!r}); is a file included twice?")
+        taken.update(e.id for e in rows)
+        train = [e for e in rows if e.split == "train"]
+        out.extend(train)
+        counts[str(path)] = {"read": len(rows), "held_out_dropped": len(rows) - len(train), "train": len(train)}
+        if len(train) < len(rows):
+            log.warning("%s: %d examples of held-out groups dropped (included files add training data only)", path, len(rows) - len(train))
+    return out, counts
+
+
 def build_dataset(config: BuildConfig, *, embedder: Any = None) -> BuildResult:
     """Run every source and the split discipline; `embedder` overrides `config.dense`."""
     seconds: dict[str, float] = {}
@@ -106,6 +139,12 @@ def build_dataset(config: BuildConfig, *, embedder: Any = None) -> BuildResult:
     t = time.perf_counter()
     examples.extend(generate(SyntheticConfig(config.synthetic_per_family, config.seed, config.style), config.plan))
     seconds["synthetic"] = time.perf_counter() - t
+    included: dict[str, dict[str, int]] = {}
+    if config.include:
+        t = time.perf_counter()
+        extra, included = included_examples(config.include, config.plan, {e.id for e in examples})
+        examples.extend(extra)
+        seconds["include"] = time.perf_counter() - t
     t = time.perf_counter()
     fitting = [e for e in examples if len(json.dumps(e.state, ensure_ascii=False, separators=(",", ":"))) <= config.max_state_chars]
     too_long = len(examples) - len(fitting)
@@ -115,7 +154,7 @@ def build_dataset(config: BuildConfig, *, embedder: Any = None) -> BuildResult:
     seconds["splits"] = time.perf_counter() - t
     seconds["total"] = time.perf_counter() - start
     log.info("built %d examples (%d too long, dropped for leakage: %s)", len(kept), too_long, report.dropped)
-    return BuildResult(tuple(kept), summarize(kept), seconds, too_long, report, config)
+    return BuildResult(tuple(kept), summarize(kept), seconds, too_long, report, config, included)
 
 
 def write_build(result: BuildResult, out: str | Path) -> dict[str, int]:
@@ -129,6 +168,7 @@ def write_build(result: BuildResult, out: str | Path) -> dict[str, int]:
         "seconds": {k: round(v, 3) for k, v in seconds.items()},
         "too_long": result.too_long,
         "dropped_for_leakage": result.disjoint.dropped,
+        **({"included": result.included} if result.included else {}),
         "config": result.config.to_dict(),
         **result.summary.to_dict(),
     }

@@ -41,7 +41,7 @@ def test_build_data_writes_splits_and_summary(tmp_path: Path, capsys: pytest.Cap
     assert '"locomo:observation-query"' in (out / "train.jsonl").read_text()
 
 
-def test_train_conversations_limit_the_train_split_and_keep_the_held_out_ones(tmp_path: Path) -> None:
+def test_train_conversations_limit_the_train_split_and_keep_the_held_out_ones(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path, audit = write_locomo_fixture(tmp_path)
     argv = ["build-data", "--locomo", str(path), "--audit", str(audit), "--synthetic-per-family", "10", "--dense", "hashing",
             "--calibration-conversations", ""]  # conv-41 and conv-44 are then both train conversations
@@ -58,9 +58,9 @@ def test_train_conversations_limit_the_train_split_and_keep_the_held_out_ones(tm
     assert main([*argv, "--out", str(tmp_path / "one"), "--train-conversations", "conv-44"]) == 0
     assert groups(tmp_path / "one") == {"train": {"locomo:conv-44"}, "dev": {"locomo:conv-26", "locomo:conv-30"}}
     assert json.loads((tmp_path / "one" / "summary.json").read_text())["config"]["train_conversations"] == ["conv-44"]
-    for wrong, message in (("conv-99", "not in the LoCoMo file"), ("conv-26", "held out")):
-        with pytest.raises(DataError, match=message):
-            main([*argv, "--out", str(tmp_path / "bad"), "--train-conversations", wrong])
+    for wrong, message in (("conv-99", "not in the LoCoMo file"), ("conv-26", "held out")):  # a message, exit status 2
+        assert main([*argv, "--out", str(tmp_path / "bad"), "--train-conversations", wrong]) == 2
+        assert message in capsys.readouterr().err
     assert main([*argv, "--out", str(tmp_path / "dev30"), "--dev-conversations", "conv-30"]) == 0  # conv-26 joins training
     assert groups(tmp_path / "dev30") == {"train": {"locomo:conv-26", "locomo:conv-41", "locomo:conv-44"}, "dev": {"locomo:conv-30"}}
     assert main([*argv, "--out", str(tmp_path / "none"), "--dev-conversations", ""]) == 0
@@ -93,3 +93,21 @@ def test_distill_command_uses_the_teacher(tmp_path: Path, monkeypatch: pytest.Mo
     records = list(read_jsonl(labels))
     assert len(records) == 12 and all(r.source == "teacher:open7b" and r.family == "routing" for r in records)
     assert "12 written" in capsys.readouterr().out
+    # the recorded answers become training data of a new build; answers on held-out states never do
+    held = tmp_path / "teacher-test.jsonl"
+    assert main([*argv[:4], "test", *argv[5:-1], str(held)]) == 0
+    rebuilt = tmp_path / "with-teacher"
+    assert main(["build-data", "--out", str(rebuilt), "--synthetic-per-family", "10", "--include", str(labels), str(held)]) == 0
+    assert "included" in capsys.readouterr().out
+    train = [e for e in load_examples(rebuilt, "train") if e.source == "teacher:open7b"]
+    assert sorted(e.id for e in train) == sorted(r.id for r in records)
+    assert not [e for split in ("calibration", "test") for e in load_examples(rebuilt, split) if e.source.startswith("teacher:")]
+    summary = json.loads((rebuilt / "summary.json").read_text())
+    assert summary["included"][str(labels)] == {"read": 12, "held_out_dropped": 0, "train": 12}
+    n_held = len(list(read_jsonl(held)))
+    assert n_held > 0 and summary["included"][str(held)] == {"read": n_held, "held_out_dropped": n_held, "train": 0}
+    assert summary["config"]["include"] == [str(labels), str(held)]
+    # the same file twice, or a file that is not there: a message and exit status 2, nothing written
+    for files, message in (([labels, labels], "already in the build"), ([tmp_path / "missing.jsonl"], "cannot read included")):
+        assert main(["build-data", "--out", str(tmp_path / "bad"), "--synthetic-per-family", "10", "--include", *map(str, files)]) == 2
+        assert message in capsys.readouterr().err and not (tmp_path / "bad").exists()

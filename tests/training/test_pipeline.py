@@ -160,6 +160,22 @@ def test_a_stage_run_alone_keeps_the_recipe_and_records_its_own_settings(pipelin
     assert f"- reproduce: `{recipe['command']}`" in card and "run again alone (`python -m training calibrate --run-dir R`)" in card
 
 
+def test_the_data_stage_adds_included_examples_as_training_data(pipeline_run, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from data.schema import load_examples, write_jsonl
+
+    cfg, _ = pipeline_run
+    mine = [replace(e, id=f"teacher:t:{e.id}", source="teacher:t", target=0.7) for e in load_examples(cfg.data, "train")
+            if e.kind == "noul"][:5]
+    write_jsonl(tmp_path / "mine.jsonl", mine)
+    run = replace(cfg, run_dir=str(tmp_path / "run"), data_dir=str(tmp_path / "data"), include=(str(tmp_path / "mine.jsonl"),))
+    record = run_stage(run, "build_data")
+    assert record["included"] == {str(tmp_path / "mine.jsonl"): {"read": 5, "held_out_dropped": 0, "train": 5}}
+    added = [e for e in load_examples(tmp_path / "data", "train") if e.source == "teacher:t"]
+    assert sorted(e.id for e in added) == sorted(e.id for e in mine) and {e.target for e in added} == {0.7}
+
+
 def test_stages_refuse_to_run_without_their_inputs(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from training.errors import PipelineError
 
@@ -194,6 +210,7 @@ def test_cli_keeps_build_data_and_adds_the_stages() -> None:
     wide = config_from_args(parser.parse_args(["all", "--lora-r", "32", "--lora-alpha", "64"])).fit
     assert (wide.lora_r, wide.lora_alpha, wide.lora_dropout) == (32, 64, 0.1)
     assert cfg.calibration_prior == "pooled"
+    assert cfg.include == () and config_from_args(parser.parse_args(["all", "--include", "a.jsonl", "b.jsonl"])).include == ("a.jsonl", "b.jsonl")
     assert config_from_args(parser.parse_args(["calibrate", "--calibration-prior", "calibration"])).calibration_prior == "calibration"
     args = parser.parse_args(["fit", "--resume", "--lr", "0.001"])
     assert args.resume and config_from_args(args).fit.lr == 0.001
