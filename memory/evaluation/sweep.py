@@ -26,6 +26,7 @@ from data.locomo import Conversation
 from memory.config import EngineConfig
 from memory.control import Controller, Usage
 from memory.errors import ConfigError
+from memory.evaluation.bootstrap import paired_differences
 from memory.evaluation.harness import _embedder, _engine_config, scored_questions
 from memory.evaluation.metrics import Item, QuestionScore, auroc, score_items
 from memory.evaluation.oracle import Level
@@ -189,24 +190,34 @@ def sweep(
 def sweep_table(results: Mapping[str, Sequence[QuestionScore]],
                 relevance_auroc: Mapping[str, tuple[float | None, float | None]] | None = None,
                 cost: SweepResult | None = None) -> str:
-    """Markdown: R_frac@10 (and its difference from the first variant), R_all@10, nDCG@10, multi-hop figures;
-    with `relevance_auroc` (oracle sweeps) also the AUROC of the relevance answers on the pairs judged; with
-    `cost` the controller questions per query (mean) and how the queries' rounds ended."""
+    """Markdown: R_frac@10 (and its paired difference from the first variant, with a 95 % interval over questions
+    resampled within their conversation: `memory.evaluation.bootstrap`, unit "question"), R_all@10, nDCG@10,
+    multi-hop figures; with `relevance_auroc` (oracle sweeps) also the AUROC of the relevance answers on the pairs
+    judged; with `cost` the controller questions per query (mean) and how the queries' rounds ended."""
     extra = relevance_auroc is not None
-    head = "| variant | R_frac@10 | vs first | R_all@10 | nDCG@10 | multi-hop R_frac@10 | multi-hop R_all@10 | questions |"
+    head = "| variant | R_frac@10 | vs first [95 % CI] | R_all@10 | nDCG@10 | multi-hop R_frac@10 | multi-hop R_all@10 | questions |"
     lines = [head + (" relevance AUROC (given / controller's own) |" if extra else "")
              + (" controller questions / query | rounds ended by |" if cost else ""),
              "|---|---|---|---|---|---|---|---|" + ("---|" if extra else "") + ("---|---|" if cost else "")]
-    first: float | None = None
+    first: Sequence[QuestionScore] | None = None
     for name, scores in results.items():
         frac = _mean(scores, "R_frac@10")
-        first = frac if first is None else first
-        lines.append(f"| {name} | {frac:.3f} | {frac - first:+.3f} | {_mean(scores, 'R_all@10'):.3f} | "
+        first = scores if first is None else first
+        lines.append(f"| {name} | {frac:.3f} | {_versus(scores, first)} | {_mean(scores, 'R_all@10'):.3f} | "
                      f"{_mean(scores, 'nDCG@10'):.3f} | {_mean(scores, 'R_frac@10', True):.3f} | "
                      f"{_mean(scores, 'R_all@10', True):.3f} | {len(scores)} |"
                      + (f" {_fmt(relevance_auroc.get(name, (None, None)))} |" if relevance_auroc is not None else "")
                      + (f" {_cost(cost, name)} |" if cost else ""))
     return "\n".join(lines)
+
+
+def _versus(scores: Sequence[QuestionScore], first: Sequence[QuestionScore]) -> str:
+    """R_frac@10 minus the first variant's, question by question, with its question-bootstrap interval."""
+    if scores is first:
+        return "+0.000"
+    clusters = tuple(dict.fromkeys(s.conversation for s in first))
+    diff = paired_differences(scores, first, clusters, targets=(("1-5", "R_frac@10"),), unit="question").get("R_frac@10 [1-5]")
+    return "-" if diff is None else f"{diff.mean:+.3f} [{diff.low:+.3f}, {diff.high:+.3f}]"
 
 
 def _cost(cost: SweepResult, name: str) -> str:

@@ -54,6 +54,13 @@ def test_the_unchanged_variant_reproduces_the_harness(convs: list[Conversation])
     assert got == expected and len(results["no relevance"]) == len(expected)
     table = sweep_table(results)
     assert table.splitlines()[2].startswith("| as is |") and "| +0.000 |" in table
+    # the other variant: its paired difference from the first, question by question, with an interval
+    first = {(s.conversation, s.qid): s.values["R_frac@10"] for s in results["as is"]}
+    diff = sum(s.values["R_frac@10"] - first[(s.conversation, s.qid)] for s in results["no relevance"]) / len(first)
+    row = table.splitlines()[3]
+    assert row.startswith("| no relevance |") and f"| {diff:+.3f} [" in row
+    low, high = (float(x) for x in row.split(f"| {diff:+.3f} [")[1].split("]")[0].split(", "))
+    assert low <= diff + 1e-9 and diff - 1e-9 <= high
 
 
 def test_the_sweep_counts_what_each_variant_asks(convs: list[Conversation]) -> None:
