@@ -28,19 +28,35 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+# a query's trace steps (`memory.read_path`), each timed from the step before it
+QUERY_PHASES: dict[str, tuple[str, ...]] = {
+    "route": ("route",),
+    "seed": ("seed",),
+    "judge": ("judge",),
+    "stop": ("stop",),
+    "expand": ("expand",),
+}
+
+
+def phase_costs(timings: Sequence[Mapping[str, float]], groups: Mapping[str, tuple[str, ...]]) -> dict[str, Any]:
+    """Per phase: total seconds and p50 / p95 ms per operation (0 where an operation skipped the phase);
+    timing keys no group names are summed under `unlisted:<keys>`."""
+    phases: dict[str, Any] = {}
+    for phase, keys in groups.items():
+        per_op = [sum(t.get(k, 0.0) for k in keys) for t in timings]
+        phases[phase] = {"total_s": sum(per_op) / 1000.0, "p50_ms": _p(per_op, 50), "p95_ms": _p(per_op, 95)}
+    known = {k for keys in groups.values() for k in keys}
+    unknown = sorted({k for t in timings for k in t} - known)
+    if unknown:
+        per_op = [sum(t.get(k, 0.0) for k in unknown) for t in timings]
+        phases["unlisted:" + ",".join(unknown)] = {"total_s": sum(per_op) / 1000.0}
+    return phases
+
+
 def jevmem_costs(runs: Sequence[ConversationRun]) -> dict[str, Any]:
     write_ms = [v for r in runs for v in r.write_ms]
     query_ms = [v for r in runs for v in r.query_ms]
-    timings = [t for r in runs for t in r.write_timings]
-    phases: dict[str, Any] = {}
-    for phase, keys in PHASES.items():
-        per_write = [sum(t.get(k, 0.0) for k in keys) for t in timings]
-        phases[phase] = {"total_s": sum(per_write) / 1000.0, "p50_ms": _p(per_write, 50), "p95_ms": _p(per_write, 95)}
-    known = {k for keys in PHASES.values() for k in keys}
-    unknown = sorted({k for t in timings for k in t} - known)
-    if unknown:
-        per_write = [sum(t.get(k, 0.0) for k in unknown) for t in timings]
-        phases["unlisted:" + ",".join(unknown)] = {"total_s": sum(per_write) / 1000.0}
+    phases = phase_costs([t for r in runs for t in r.write_timings], PHASES)
     edges: dict[str, int] = {}
     status: dict[str, int] = {}
     stopped: dict[str, int] = {}
@@ -63,6 +79,7 @@ def jevmem_costs(runs: Sequence[ConversationRun]) -> dict[str, Any]:
         "queries": len(query_ms),
         "query_ms_p50": _p(query_ms, 50),
         "query_ms_p95": _p(query_ms, 95),
+        "query_phases": phase_costs([t for r in runs for t in r.query_timings], QUERY_PHASES),
         "controller_questions_per_query": _mean([q for r in runs for q in r.query_questions]),
         "controller_requests_per_query": _mean([q for r in runs for q in r.query_requests]),
         "stopped_reason": stopped,

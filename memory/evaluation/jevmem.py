@@ -64,6 +64,7 @@ class ConversationRun:
     query_ms: list[float] = field(default_factory=list)
     query_questions: list[int] = field(default_factory=list)
     query_requests: list[int] = field(default_factory=list)
+    query_timings: list[dict[str, float]] = field(default_factory=list)  # per query: ms by read-path phase (its trace)
     stopped: dict[str, int] = field(default_factory=dict)
     build_s: float = 0.0
     pairs: list[PairOutcome] = field(default_factory=list)
@@ -158,6 +159,10 @@ def run_conversation(
             run.query_ms.append((time.perf_counter() - t0) * 1000.0)
             run.query_questions.append(result.controller_questions)
             run.query_requests.append(result.controller_requests)
+            phases: dict[str, float] = {}
+            for step in result.trace:
+                phases[step.phase] = phases.get(step.phase, 0.0) + step.elapsed_ms
+            run.query_timings.append(phases)
             run.stopped[result.stopped_reason] = run.stopped.get(result.stopped_reason, 0) + 1
             run.items[q.qid] = [Item(tuple(e.source_ids), e.content) for e in result.evidence]
             run.routes[q.qid] = dict(result.route)

@@ -188,16 +188,20 @@ def _costs(results: list[SystemResult]) -> list[str]:
              "inferred_edges_per_write", "query_ms_p50", "query_ms_p95", "controller_questions_per_query", "nodes", "summaries"]
     lines += [""]
     lines += _table(["engine", *names], [[r.name, *(_f(r.costs.get(n), 2) for n in names)] for r in engines])
-    lines += ["", "Write phases, total s (p50 / p95 ms per write):", ""]
-    phases = sorted({p for r in engines for p in r.costs.get("write_phases", {})})
-    rows = []
-    for r in engines:
-        cells = []
-        for p in phases:
-            v = r.costs.get("write_phases", {}).get(p, {})
-            cells.append(f"{_f(v.get('total_s'), 1)} ({_f(v.get('p50_ms'), 1)} / {_f(v.get('p95_ms'), 1)})")
-        rows.append([r.name, *cells])
-    lines += _table(["engine", *phases], rows)
+    for key, title in (("write_phases", "Write phases, total s (p50 / p95 ms per write):"),
+                       ("query_phases", "Query phases, total s (p50 / p95 ms per query; the rest of a query is ranking):")):
+        phases = sorted({p for r in engines for p in r.costs.get(key, {})})
+        if not phases:
+            continue
+        rows = []
+        for r in engines:
+            cells = []
+            for p in phases:
+                v = r.costs.get(key, {}).get(p, {})
+                cells.append(f"{_f(v.get('total_s'), 1)} ({_f(v.get('p50_ms'), 1)} / {_f(v.get('p95_ms'), 1)})")
+            rows.append([r.name, *cells])
+        lines += ["", title, ""]
+        lines += _table(["engine", *phases], rows)
     lines += ["", "## Write-path quality (multi-hop evidence pairs) and router", ""]
     rows = []
     for r in engines:

@@ -18,7 +18,7 @@ from memory.evaluation.baselines import Ranking, bm25_rank, bm25_text, dense_ran
 from memory.evaluation.cache import CachedEmbedder
 from memory.evaluation.harness import scored_questions, truncate
 from memory.evaluation.jevmem import evidence_pairs
-from memory.types import Evidence, LinkStatus, Observation, QueryResult, WriteResult
+from memory.types import Evidence, LinkStatus, Observation, QueryResult, TraceStep, WriteResult
 
 
 def test_loader_cleans_evidence_and_applies_the_audit(files: tuple[Path, Path], convs: list[Conversation]) -> None:
@@ -105,7 +105,8 @@ class FakeEngine:
             for i, o in reversed(list(enumerate(self.seen, start=1)))
         )[:k]
         route = {"temporal": 0.9 if text.startswith("When") else 0.1, "multi_hop": 0.5}
-        return QueryResult(text, evidence, route, ("semantic",), "sufficient", (), 1, 6)
+        trace = (TraceStep("route", {}, 2.0), TraceStep("judge", {}, 5.0), TraceStep("judge", {}, 1.0))
+        return QueryResult(text, evidence, route, ("semantic",), "sufficient", trace, 1, 6)
 
     def close(self) -> None:
         pass
@@ -136,6 +137,10 @@ def test_fake_engine_run_scores_and_sees_only_turns(convs: list[Conversation]) -
     assert first.values["items@ret"] == 8.0
     assert fake.costs["writes"] == 14 and fake.costs["controller_questions_per_write"] == 9
     assert fake.costs["write_phases"]["judgment"]["total_s"] == pytest.approx(14 * 3.0 / 1000)
+    phases = fake.costs["query_phases"]  # from each query's trace: both judge rounds summed, absent phases 0
+    assert phases["judge"]["total_s"] == pytest.approx(8 * 6.0 / 1000) and phases["judge"]["p50_ms"] == pytest.approx(6.0)
+    assert phases["route"]["p95_ms"] == pytest.approx(2.0) and phases["seed"]["total_s"] == 0.0
+    assert "Query phases, total s" in to_markdown(report)
     assert fake.router["auroc_temporal_cat2"] == 1.0
     assert fake.write_quality["pairs"] == 2 and fake.write_quality["pairs_inspected"] == 0
     assert "jevmem-fake" in to_markdown(report)
@@ -163,6 +168,7 @@ def test_real_engine_with_heuristic_controller(convs: list[Conversation], tmp_pa
     assert set(engine.write_quality["candidate_recall"]) >= {"vector", "lexical", "entity", "temporal", "shortlist"}
     assert 0.0 <= engine.write_quality["edge_recall_any"] <= 1.0
     assert "auroc_multi_hop_cat1" in engine.router
+    assert all(engine.costs["query_phases"][p]["total_s"] > 0 for p in ("route", "seed", "judge"))
     rrf = report.systems["rrf"]
     assert rrf.paired == {} and set(engine.paired) == set(engine.intervals)
     assert set(engine.question_intervals) == set(engine.intervals) and set(engine.question_paired) == set(engine.paired)
