@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from controller.calibration import Calibration
-from training.evaluate import N_BINS, question_scores
+from training.evaluate import N_BINS, reliability_points
 from training.predict import Prediction, probabilities
 
 
@@ -67,8 +67,8 @@ def _interval(values: np.ndarray, level: float) -> tuple[float, float]:
 
 
 def _reliability_pairs(predictions: Sequence[Prediction], calibration: Calibration | None) -> tuple[np.ndarray, np.ndarray]:
-    pairs = [question_scores(p.kind, q, p.label.target)[3:] for p, q in zip(predictions, probabilities(predictions, calibration))]
-    return np.array([c for c, _ in pairs], dtype=np.float64), np.array([o for _, o in pairs], dtype=np.float64)
+    confidence, outcome = reliability_points(predictions, calibration)
+    return np.asarray(confidence, dtype=np.float64), np.asarray(outcome, dtype=np.float64)
 
 
 def ece_change_intervals(

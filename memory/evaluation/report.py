@@ -129,9 +129,8 @@ def to_markdown(report: EvalReport) -> str:
         rows.append([r.name, *cells, _f(_value(r, "1-5", "tokens@ret"), 0), _f(_value(r, "1-5", "items@ret"), 1)])
     lines += _table(["system", *(f"@{c}" for c in cuts), "tokens@ret", "items@ret"], rows)
     n_conv = len(report.conversations)
-    few = n_conv < MIN_CLUSTERS
     lines += ["", f"## Conversation-cluster bootstrap ({cfg.bootstrap_draws} draws, seed {cfg.seed}): mean [95 % CI]", ""]
-    if few:
+    if n_conv < MIN_CLUSTERS:
         lines += [f"With {n_conv} conversation{'s' if n_conv != 1 else ''}, these intervals are about the range of the per-conversation "
                   "means, not 95 % intervals; read the question bootstrap below (it does not cover the spread between conversations).", ""]
     keys = list(ok[0].intervals) if ok else []
