@@ -101,6 +101,10 @@ class Calibration:
             return float(self.family_temperatures[level])
         return float(self.temperatures.get(level, 1.0))
 
+    def fitted(self, kind: str, n_options: int, family: str | None = None) -> bool:
+        """Whether the level a question uses changes its raw logits (a temperature other than 1, or a bias)."""
+        return self.temperature(kind, n_options, family) != 1.0 or self.level(kind, n_options, family) in self.family_biases
+
     def bias(self, kind: str, family: str | None = None) -> float:
         """The Platt bias of a catalogue question's Noul at the level it is calibrated on, plus its prior shift
         (0 elsewhere)."""

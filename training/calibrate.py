@@ -11,7 +11,10 @@ probability. Groups without calibration data keep T = 1.
 
 With `reference` examples (the training and calibration splits), each Noul catalogue key also gets a prior
 shift (`prior_shifts`): the log-odds from its label rate on the calibration split to its rate on the reference
-examples of the same questions and sources, mixed in the calibration split's proportions.
+examples of the same questions and sources, mixed in the calibration split's proportions. With
+`shift_fitted_only`, a key gets its shift only where its level was fitted (`Calibration.fitted`): the shift
+corrects the calibration split's label rate, which only a fitted map has learnt; a level left at the raw
+logits (T = 1, no bias) answers at the rate the model was trained on, already close to the pooled one.
 """
 
 from __future__ import annotations
@@ -133,7 +136,8 @@ def prior_shifts(predictions: Sequence[Prediction], reference: Iterable[Decision
 
 def calibrate_predictions(predictions: Sequence[Prediction], model_hash: str | None, *, bias: bool = False,
                           folds: str = "source", keep_raw: bool = False,
-                          reference: Iterable[DecisionExample] | None = None, prior_min_examples: int = 100) -> CalibrationResult:
+                          reference: Iterable[DecisionExample] | None = None, prior_min_examples: int = 100,
+                          shift_fitted_only: bool = False) -> CalibrationResult:
     if not predictions:
         raise ValueError("calibration needs predictions on the calibration split; it is empty")
     if folds not in FOLDS:
@@ -143,7 +147,10 @@ def calibrate_predictions(predictions: Sequence[Prediction], model_hash: str | N
     calibration = fit_temperatures(logits, targets, groups, model_hash=model_hash, families=families, bias=bias,
                                    folds=FOLDS[folds](predictions), keep_raw=keep_raw)
     if reference is not None:
-        calibration = replace(calibration, prior_shifts=prior_shifts(predictions, reference, min_examples=prior_min_examples))
+        shifts = prior_shifts(predictions, reference, min_examples=prior_min_examples)
+        if shift_fitted_only:
+            shifts = {key: s for key, s in shifts.items() if calibration.fitted("noul", 1, key)}
+        calibration = replace(calibration, prior_shifts=shifts)
     before, after = {}, {}
     for g in sorted(set(groups)):
         idx = [i for i, x in enumerate(groups) if x == g]

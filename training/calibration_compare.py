@@ -35,6 +35,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "question T+b, kept where it beats raw": {"level": "question", "bias": True, "states": 0, "keep_raw": True},
     "question T+b, group folds, kept where it beats raw": {"level": "question", "bias": True, "states": 0, "folds": "group", "keep_raw": True},
     "question T+b, kept where it beats raw, pooled prior": {"level": "question", "bias": True, "states": 0, "keep_raw": True, "prior": True},
+    "question T+b, kept where it beats raw, pooled prior at fitted levels": {"level": "question", "bias": True, "states": 0,
+                                                                           "keep_raw": True, "prior": "fitted"},
 }
 
 
@@ -65,7 +67,10 @@ def compare(calibration: Sequence[Prediction], sampled: Sequence[Prediction], he
         if spec.get("prior"):
             if not reference:
                 raise ValueError(f"variant {name!r} needs the training and calibration examples (reference)")
-            cal = dataclasses.replace(cal, prior_shifts=prior_shifts(fit_on, reference))
+            shifts = prior_shifts(fit_on, reference)
+            if spec["prior"] == "fitted":  # as `calibrate_predictions(..., shift_fitted_only=True)`
+                shifts = {key: s for key, s in shifts.items() if cal.fitted("noul", 1, key)}
+            cal = dataclasses.replace(cal, prior_shifts=shifts)
         held = at_level(heldout, spec["level"])
         raw, calibrated = probabilities(held), probabilities(held, cal)
         families: dict[str, list[int]] = {"all": list(range(len(held)))}

@@ -20,7 +20,7 @@ from typing import Any
 
 from controller.families import FAMILIES
 from training.data_cli import add_include, conversation_ids
-from training.pipeline import DATA_SETTINGS, STAGES, PipelineConfig, run_all, run_stage
+from training.pipeline import CALIBRATION_PRIORS, DATA_SETTINGS, STAGES, PipelineConfig, run_all, run_stage
 from training.trainer import DROPOUT_KINDS, FitConfig
 
 _FIT_FLAGS = ("steps", "tokens_per_step", "max_batch_tokens", "lr", "head_lr", "weight_decay", "warmup", "grad_clip", "family_power", "family_boost",
@@ -56,9 +56,10 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="that cross-validation's folds: data sources, or groups (conversations, generator shards)")
     p.add_argument("--calibration-keep-raw", action=argparse.BooleanOptionalAction, default=PipelineConfig.calibration_keep_raw,
                    help="keep a group's, family's or question's calibration only where it beats the raw logits out of fold (else T = 1)")
-    p.add_argument("--calibration-prior", choices=("calibration", "pooled"), default=PipelineConfig.calibration_prior,
-                   help="the Noul label rates calibration matches: the calibration split's, or each question's rate "
-                        "over the training and calibration splits (pooled, the default)")
+    p.add_argument("--calibration-prior", choices=CALIBRATION_PRIORS, default=PipelineConfig.calibration_prior,
+                   help="the Noul label rates calibration matches: each question's rate over the training and calibration "
+                        "splits where a level was fitted (fitted, the default: a level left at the raw logits keeps the "
+                        "model's own rate), the same at every level (pooled), or the calibration split's (calibration)")
 
 
 def add_parser(sub: Any) -> None:

@@ -28,6 +28,7 @@ from training.trainer import FitConfig
 
 log = logging.getLogger(__name__)
 STAGES: tuple[str, ...] = ("build_data", "fit", "fit_specialist", "calibrate", "evaluate", "export")
+CALIBRATION_PRIORS: tuple[str, ...] = ("pooled", "fitted", "calibration")
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,8 @@ class PipelineConfig:
     # kept where it beats raw"): 3 of 6 families meet the ECE target without the raw check, 4 of 6 with it.
     calibration_folds: str = "source"
     calibration_keep_raw: bool = True
-    calibration_prior: str = "pooled"  # Noul prior shifts to the train + calibration label rates; "calibration": none
+    calibration_prior: str = "fitted"  # Noul prior shifts to the train + calibration label rates at the levels
+    # calibration changed (T != 1 or a bias); "pooled": at every level; "calibration": none
     prior_min_examples: int = 100  # calibration Nouls a catalogue key needs for a prior shift
     export_method: str = "fused"
     progress: bool = True
@@ -260,8 +262,8 @@ def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
     from training.sampling import cap_states, prepare_requests
     from training.specialist import split_requests
 
-    if cfg.calibration_prior not in ("calibration", "pooled"):
-        raise PipelineError(f"unknown calibration prior {cfg.calibration_prior!r}; choose calibration or pooled")
+    if cfg.calibration_prior not in CALIBRATION_PRIORS:
+        raise PipelineError(f"unknown calibration prior {cfg.calibration_prior!r}; choose {', '.join(CALIBRATION_PRIORS)}")
     torch.set_num_threads(cfg.fit.threads)
     index = read_index(cfg.model)
     for target in (cfg.model, *(cfg.model / e["path"] for e in index.values())):  # refitting: old ones may be of other hashes
@@ -271,12 +273,12 @@ def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
     examples = cap_states(calibration_examples, cfg.calibration_states, seed=cfg.fit.seed, by_source=False)
     requests, _ = prepare_requests(examples, tokenizer(cfg), max_questions=cfg.max_questions)
     summary: dict[str, Any] = {}
-    reference = split_examples(cfg, "train") + calibration_examples if cfg.calibration_prior == "pooled" else None
+    reference = split_examples(cfg, "train") + calibration_examples if cfg.calibration_prior != "calibration" else None
 
     def fit(predictions: list[Any], model_hash: str | None) -> Any:  # one calibration recipe for every model
         return calibrate_predictions(predictions, model_hash, bias=cfg.calibration_bias, folds=cfg.calibration_folds,
                                      keep_raw=cfg.calibration_keep_raw, reference=reference,
-                                     prior_min_examples=cfg.prior_min_examples)
+                                     prior_min_examples=cfg.prior_min_examples, shift_fitted_only=cfg.calibration_prior == "fitted")
 
     for family, sub in specialists.items():
         requests, own = split_requests(requests, family)

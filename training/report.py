@@ -103,14 +103,16 @@ def build_metrics(run_dir: str | Path, model_dir: str | Path) -> dict[str, Any]:
 
 
 def _prior_lines(calibration: dict[str, Any]) -> list[str]:
-    """The Noul prior shifts of `--calibration-prior pooled`, the main model's and each specialist's."""
-    if calibration.get("prior") != "pooled":
+    """The Noul prior shifts of `--calibration-prior pooled` / `fitted`, the main model's and each specialist's."""
+    prior = calibration.get("prior")
+    if prior not in ("pooled", "fitted"):
         return []
     shifts = {"main": calibration.get("prior_shifts") or {}}
     shifts.update({k.partition(":")[2]: v.get("prior_shifts") or {} for k, v in calibration.items()
                    if k.startswith("specialist:") and isinstance(v, dict)})
-    return ["- Noul prior shifts (`--calibration-prior pooled`: log-odds from a catalogue question's label rate on the "
-            "calibration split to its rate over the training and calibration splits, per source): "
+    where = "; only where its calibration level was fitted, a level left at the raw logits keeps none" if prior == "fitted" else ""
+    return [f"- Noul prior shifts (`--calibration-prior {prior}`: log-odds from a catalogue question's label rate on the "
+            f"calibration split to its rate over the training and calibration splits, per source{where}): "
             + "; ".join(f"{name} {json.dumps(v)}" for name, v in shifts.items())]
 
 

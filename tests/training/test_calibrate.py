@@ -157,3 +157,49 @@ def test_prior_shifts_move_a_question_to_its_pooled_label_rate() -> None:
     ece_plain = compute_metrics(kinds, probabilities(held, plain), targets).ece
     ece_shifted = compute_metrics(kinds, probabilities(held, shifted), targets).ece
     assert ece_shifted < ece_plain - 0.02, (ece_shifted, ece_plain)
+
+
+def _question(n: int, catalogue: str, group: str, *, scale: float, shift: float, seed: int) -> list[Prediction]:
+    """Nouls of one catalogue question in one group whose model says scale * z where the label's logit is
+    z + shift (scale 1, shift 0: calibrated)."""
+    family, _, question = catalogue.partition(".")
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        z = rng.normal(-0.5, 1.5)
+        y = float(rng.random() < 1 / (1 + np.exp(-(z + shift))))
+        label = Label("noul", (y,), 1.0, family, question, f"{group}:{catalogue}:{i}", catalogue=catalogue)
+        out.append(Prediction(label, np.array([scale * z]), "calibration", group))
+    return out
+
+
+def test_a_level_counts_as_fitted_when_it_changes_the_raw_logits() -> None:
+    cal = Calibration({"noul": 1.0}, None, family_temperatures={"pair:noul": 1.0, "typing:noul": 0.8, "stopping:noul": 1.0},
+                      family_biases={"pair:noul": 0.2})
+    assert cal.fitted("noul", 1, "pair.semantic") and cal.fitted("noul", 1, "typing.episodic")
+    assert not cal.fitted("noul", 1, "stopping.evidence_sufficient") and not cal.fitted("noul", 1, "routing.temporal")
+    assert Calibration({"noul": 2.0}).fitted("noul", 1, "routing.temporal")
+    assert not Calibration().fitted("choice", 4) and Calibration({"choice:3-4": 0.5}).fitted("choice", 4)
+
+
+def test_shift_fitted_only_drops_the_prior_shift_of_a_level_left_raw() -> None:
+    # two calibration groups each: the miscalibrated question's fit carries from one to the other, while the
+    # calibrated question's two groups sit on either side of its raw rate, so its raw logits win out of fold
+    predictions = (_question(800, "relevance.bridge", "locomo:conv-44", scale=3.0, shift=0.0, seed=11)
+                   + _question(800, "relevance.bridge", "synthetic:relevance:0:8", scale=3.0, shift=0.0, seed=12)
+                   + _question(800, "stopping.evidence_sufficient", "locomo:conv-44", scale=1.0, shift=0.6, seed=13)
+                   + _question(800, "stopping.evidence_sufficient", "synthetic:stopping:0:8", scale=1.0, shift=-0.6, seed=14))
+    reference = [DecisionExample(id=f"{p.group}:{p.label.example_id}:{copy}", family=p.family, question_name=p.label.question_name,
+                                 state={"query": "q", "memory": f"{p.label.example_id}:{copy}"},
+                                 question={"type": "noul", "instructions": "Does it?"}, target=float(copy == 0 and p.label.target[0]),
+                                 source=p.group.partition(":")[0], group=p.group, split="train" if copy else "calibration")
+                 for p in predictions for copy in (0, 1)]  # a training copy of every state, labelled 0: a lower pooled rate
+    every = calibrate_predictions(predictions, None, bias=True, folds="group", keep_raw=True, reference=reference).calibration
+    fitted_only = calibrate_predictions(predictions, None, bias=True, folds="group", keep_raw=True, reference=reference,
+                                        shift_fitted_only=True).calibration
+    assert every.fitted("noul", 1, "relevance.bridge") and not every.fitted("noul", 1, "stopping.evidence_sufficient")
+    assert every.prior_shifts["stopping.evidence_sufficient"] < -0.5  # the pooled rate is lower: pooled moves it
+    assert fitted_only.prior_shifts == {"relevance.bridge": every.prior_shifts["relevance.bridge"]}
+    raw = [p for p in predictions if p.family == "stopping"]
+    assert probabilities(raw, fitted_only) == probabilities(raw)  # the raw level answers as the model does
+    assert probabilities(raw, every) != probabilities(raw)

@@ -38,6 +38,8 @@ def test_question_level_variants_fit_each_question_and_family_variants_do_not() 
     assert list(result) == list(VARIANTS)
     pooled, plain = result["question T+b, kept where it beats raw, pooled prior"], result["question T+b, kept where it beats raw"]
     assert pooled["levels"] == plain["levels"] and pooled["heldout"]["pair"]["nll"] != plain["heldout"]["pair"]["nll"]
+    at_fitted = result["question T+b, kept where it beats raw, pooled prior at fitted levels"]
+    assert at_fitted["levels"] == plain["levels"] and at_fitted["spec"]["prior"] == "fitted"
     assert "pair.semantic:noul" in result["question T"]["levels"] and "pair.semantic:noul" not in result["family T"]["levels"]
     assert result["question T"]["heldout"]["pair"]["nll"] < result["family T"]["heldout"]["pair"]["nll"]
     row = result["question T"]["heldout"]["pair"]

@@ -128,6 +128,10 @@ def test_a_pooled_prior_records_the_shifts_it_fits(pipeline_run, tmp_path) -> No
     saved = Calibration.from_json(json.loads((model / "calibration.json").read_text()))
     assert record["prior"] == "pooled" and saved.prior_shifts and record["prior_shifts"] == saved.prior_shifts
     assert all(key.partition(".")[0] in FAMILIES for key in saved.prior_shifts)
+    record = run_stage(replace(pooled, calibration_prior="fitted"), "calibrate")
+    fitted = Calibration.from_json(json.loads((model / "calibration.json").read_text()))
+    assert record["prior"] == "fitted" and record.get("prior_shifts", {}) == fitted.prior_shifts
+    assert fitted.prior_shifts == {k: v for k, v in saved.prior_shifts.items() if fitted.fitted("noul", 1, k)}
     with pytest.raises(PipelineError, match="unknown calibration prior"):
         run_stage(replace(pooled, calibration_prior="dev"), "calibrate")
 
@@ -209,9 +213,10 @@ def test_cli_keeps_build_data_and_adds_the_stages() -> None:
     assert everything.dev_conversations == () and everything.relevance_dated
     wide = config_from_args(parser.parse_args(["all", "--lora-r", "32", "--lora-alpha", "64"])).fit
     assert (wide.lora_r, wide.lora_alpha, wide.lora_dropout) == (32, 64, 0.1)
-    assert cfg.calibration_prior == "pooled"
+    assert cfg.calibration_prior == "fitted"
     assert cfg.include == () and config_from_args(parser.parse_args(["all", "--include", "a.jsonl", "b.jsonl"])).include == ("a.jsonl", "b.jsonl")
     assert config_from_args(parser.parse_args(["calibrate", "--calibration-prior", "calibration"])).calibration_prior == "calibration"
+    assert config_from_args(parser.parse_args(["calibrate", "--calibration-prior", "fitted"])).calibration_prior == "fitted"
     args = parser.parse_args(["fit", "--resume", "--lr", "0.001"])
     assert args.resume and config_from_args(args).fit.lr == 0.001
 
@@ -267,13 +272,15 @@ def test_the_card_names_a_listwise_loss_only_when_one_was_used() -> None:
     assert "0.5 x the listwise loss of `relevance.relevant`" in _listwise_text({"listwise_weight": 0.5})
 
 
-def test_the_card_lists_prior_shifts_only_for_a_pooled_prior() -> None:
+def test_the_card_lists_prior_shifts_only_for_a_pooled_or_fitted_prior() -> None:
     from training.report import _prior_lines
 
     assert _prior_lines({"prior": "calibration"}) == [] and _prior_lines({}) == []
     lines = _prior_lines({"prior": "pooled", "prior_shifts": {"pair.semantic": 0.1},
                           "specialist:relevance": {"prior_shifts": {"relevance.bridge": -0.11}}})
     assert len(lines) == 1 and 'main {"pair.semantic": 0.1}; relevance {"relevance.bridge": -0.11}' in lines[0]
+    fitted = _prior_lines({"prior": "fitted", "prior_shifts": {"pair.semantic": 0.1}})
+    assert len(fitted) == 1 and "`--calibration-prior fitted`" in fitted[0] and "only where its calibration level was fitted" in fitted[0]
 
 
 def test_the_card_names_the_layers_a_partial_adapter_covers() -> None:
