@@ -105,6 +105,9 @@ class EngineConfig:
     # heuristic at the same weight): dev pair 0.705 against 0.703 at 1.0, nDCG@10 0.555 against 0.540 (README).
     relevance_weight: float = 1.5
     center_relevance: bool = True
+    # the relevance term in log-odds: relevance_weight * (logit(p_relevant) - centre), the centre then the mean
+    # judged logit (0 without center_relevance)
+    relevance_logit: bool = False
     tau_admit: float = 0.5  # a node found by traversal (not a seed) is ranked only when p_relevant exceeds this
     expand_decay: float = 0.8  # structure of an expanded node = decay * parent's structure * edge weight
     recency_weight: float = 0.0  # + recency_weight * p_recency * (position in time among the ranked nodes)

@@ -22,6 +22,7 @@ If the controller fails, the query still returns the ranking built so far, with 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import replace
@@ -38,6 +39,7 @@ from memory.traversal import Candidate, expand_view, hybrid_seeds, judge
 from memory.types import Evidence, QueryResult, TraceStep
 
 log = logging.getLogger(__name__)
+_P_CLIP = 1e-4  # log-odds of p_relevant are taken within [logit(1e-4), logit(1 - 1e-4)]
 
 _CONTROLLER_FAILURES = (BackendError, InvalidRequestError, ControllerOutputError)
 
@@ -53,15 +55,23 @@ class _Tracer:
         self._last = now
 
 
+def relevance_value(p: float, config: EngineConfig) -> float:
+    """What the relevance term weighs: p_relevant, or its log-odds with `relevance_logit`."""
+    if not config.relevance_logit:
+        return p
+    p = min(max(p, _P_CLIP), 1.0 - _P_CLIP)
+    return math.log(p / (1.0 - p))
+
+
 def relevance_center(candidates: Iterable[Candidate], config: EngineConfig) -> float:
-    """The p_relevant that adds nothing to a score: 0.5, or with `center_relevance` the mean over this query's
-    judged candidates, so that an unjudged pool node ranks as an average judged one would (a calibrated
-    controller's p_relevant sits near the low base rate, and centring at 0.5 would push every judged seed
-    below the unjudged tail of the pool)."""
-    if not config.center_relevance:
-        return 0.5
-    judged = [c.relevant for c in candidates if c.relevant is not None]
-    return sum(judged) / len(judged) if judged else 0.5
+    """The relevance value that adds nothing to a score: that of p = 0.5, or with `center_relevance` the mean over
+    this query's judged candidates, so that an unjudged pool node ranks as an average judged one would (a
+    calibrated controller's p_relevant sits near the low base rate, and centring at 0.5 would push every judged
+    seed below the unjudged tail of the pool)."""
+    judged = [relevance_value(c.relevant, config) for c in candidates if c.relevant is not None]
+    if not config.center_relevance or not judged:
+        return relevance_value(0.5, config)
+    return sum(judged) / len(judged)
 
 
 def score(cand: Candidate, route: Route, config: EngineConfig, newest: int, oldest: int, center: float = 0.5) -> float:
@@ -70,7 +80,7 @@ def score(cand: Candidate, route: Route, config: EngineConfig, newest: int, olde
         structure = cand.reached  # the graph lifts a seed only once it is judged relevant (like tau_admit)
     value = config.seed_weight * structure
     if cand.relevant is not None:
-        value += config.relevance_weight * (cand.relevant - center)
+        value += config.relevance_weight * (relevance_value(cand.relevant, config) - center)
     recency = route.probabilities.get("recency", 0.0)
     if config.recency_weight and newest > oldest:
         value += config.recency_weight * recency * (cand.node.seq - oldest) / (newest - oldest)

@@ -377,3 +377,31 @@ def test_ask_bridge_off_asks_relevant_alone() -> None:
     engine.query("What did Caroline say about painting?", k=3)
     asked = {lookup(q.instructions) for r in backend.requests if "memory" in r.state for q in r.questions}
     assert ("relevance", "bridge") in asked
+
+
+def _judged(name: str, structure: float, p: float, seq: int) -> Any:
+    from memory.traversal import Candidate
+    from memory.types import Node
+
+    node = Node(name, name, None, None, None, (), (), {}, name, seq)
+    return Candidate(node, "seed:bm25", 0, structure, relevant=p)
+
+
+def test_the_relevance_term_in_log_odds_separates_confident_judgments() -> None:
+    from memory.read_path import rank, relevance_center, relevance_value
+    from memory.routing import Route
+
+    route = Route({}, (), {}, 0)
+    # the hybrid top is judged likely (0.90), the runner-up near certain (0.99): 0.09 apart in probability,
+    # 2.4 in log-odds
+    pool = [_judged("top", 1.0, 0.90, 0), _judged("second", 0.8, 0.99, 1), _judged("third", 0.6, 0.02, 2)]
+    plain = EngineConfig(relevance_weight=1.0)
+    logit = plain.with_(relevance_logit=True, relevance_weight=0.2)
+    assert relevance_value(0.9, plain) == 0.9 and relevance_value(0.9, logit) == pytest.approx(2.1972, abs=1e-4)
+    assert relevance_value(0.0, logit) == pytest.approx(-9.2102, abs=1e-4)  # clipped, finite
+    assert relevance_center(pool, logit) == pytest.approx((2.1972 + 4.5951 - 3.8918) / 3, abs=1e-4)
+    assert relevance_center(pool, logit.with_(center_relevance=False)) == 0.0
+    assert relevance_center([], logit) == 0.0 and relevance_center([], plain) == 0.5
+    assert [c.node.id for c, _ in rank(pool, route, plain)] == ["top", "second", "third"]
+    assert [c.node.id for c, _ in rank(pool, route, logit)] == ["second", "top", "third"]
+    assert EngineConfig.from_dict({**plain.to_dict(), "relevance_logit": True}).relevance_logit
