@@ -95,6 +95,7 @@ def bootstrap_intervals(
     questions within each conversation (`unit="question"`)."""
     if unit not in UNITS:
         raise ValueError(f"unknown bootstrap unit {unit!r}; choose from {', '.join(UNITS)}")
+    clusters = list(dict.fromkeys(clusters))  # a conversation named twice is still one conversation
     idx = draw_indices(len(clusters), draws, seed)
     out = {}
     for group, metric in targets:
@@ -138,15 +139,15 @@ def _question_interval(values: dict[str, list[float]], clusters: Sequence[str], 
     """Resample each conversation's questions with replacement (its count kept); the question-weighted mean."""
     rng = np.random.default_rng(seed)
     totals = np.zeros(draws)
-    n = 0
+    n, total = 0, 0.0
     for cluster in clusters:  # one generator, conversations in a fixed order: the same draws for every system
         vals = np.asarray(values.get(cluster, ()), dtype=np.float64)
         if not len(vals):
             continue
         totals += vals[rng.integers(0, len(vals), size=(draws, len(vals)))].sum(axis=1)
-        n += len(vals)
+        n, total = n + len(vals), total + float(vals.sum())
     if n == 0:
         return None
     means = (totals / n).tolist()
-    mean = sum(sum(v) for v in values.values()) / n
+    mean = total / n  # over the conversations asked for, as the draws are
     return Interval(mean=float(mean), low=percentile(means, 2.5), high=percentile(means, 97.5), draws=draws)

@@ -97,3 +97,13 @@ def test_question_bootstrap_keeps_each_conversation_and_pairs_questions() -> Non
     assert diff.mean == pytest.approx(0.5) and 0.0 <= diff.low <= diff.high <= 1.0
     with pytest.raises(ValueError, match="unknown bootstrap unit"):
         bootstrap_intervals(SYSTEM, CLUSTERS, unit="state")
+
+
+def test_both_units_read_only_the_conversations_asked_for_each_once() -> None:
+    scores = _two_conversations(0)
+    a = np.mean([s.values["m"] for s in scores if s.conversation == "a"])
+    for unit in ("conversation", "question"):
+        only_a = bootstrap_intervals(scores, ("a",), targets=TARGETS[:1], draws=200, seed=0, unit=unit)["m [1-5]"]
+        assert only_a.mean == pytest.approx(a) and only_a.low <= only_a.mean <= only_a.high, unit
+        twice = bootstrap_intervals(scores, ("a", "a", "b"), targets=TARGETS[:1], draws=200, seed=0, unit=unit)["m [1-5]"]
+        assert twice == bootstrap_intervals(scores, ("a", "b"), targets=TARGETS[:1], draws=200, seed=0, unit=unit)["m [1-5]"], unit
