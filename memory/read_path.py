@@ -9,7 +9,7 @@
             ends without asking, and asks only `relevant` of its candidates when no expansion can follow)
     expand  from judged nodes with relevant or bridge >= tau_frontier, per active view, within its budget
     rank    seed_weight * structure + relevance_weight * (p_relevant - centre)  [+ recency terms], the centre
-            being the query's mean judged p_relevant (0.5 without center_relevance); seeds always, a node found
+            being the mean judged p_relevant of what is ranked (0.5 without center_relevance); seeds always, a node found
             by traversal only when p_relevant > tau_admit
 
 With an uninformative controller (every probability 0.5) the relevance term vanishes (either centre) and nothing found by
@@ -65,9 +65,10 @@ def relevance_value(p: float, config: EngineConfig) -> float:
 
 def relevance_center(candidates: Iterable[Candidate], config: EngineConfig) -> float:
     """The relevance value that adds nothing to a score: that of p = 0.5, or with `center_relevance` the mean over
-    this query's judged candidates, so that an unjudged pool node ranks as an average judged one would (a
-    calibrated controller's p_relevant sits near the low base rate, and centring at 0.5 would push every judged
-    seed below the unjudged tail of the pool)."""
+    the judged `candidates`, so that an unjudged pool node ranks as an average judged one would (a calibrated
+    controller's p_relevant sits near the low base rate, and centring at 0.5 would push every judged seed below
+    the unjudged tail of the pool). `rank` takes the mean over what it ranks: the final ranking, over the admitted
+    candidates (a traversal find judged below tau_admit is not among them); the stopping request's, over the pool."""
     judged = [relevance_value(c.relevant, config) for c in candidates if c.relevant is not None]
     if not config.center_relevance or not judged:
         return relevance_value(0.5, config)

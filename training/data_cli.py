@@ -108,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"written {sum(counts.values())} examples to {args.out} ({counts})")
     print(f"dropped: {result.too_long} over-long states, {result.disjoint.dropped} for cross-split text")
     for path, n in result.included.items():
-        print(f"included {path}: {n['read']} read, {n['train']} as training data, {n['held_out_dropped']} of held-out groups dropped")
+        other = f", {n['other_conversations_dropped']} of LoCoMo conversations outside --train-conversations dropped" \
+            if n["other_conversations_dropped"] else ""
+        print(f"included {path}: {n['read']} read, {n['train']} as training data, {n['held_out_dropped']} of held-out groups dropped{other}")
     print(f"build wall-clock {time.perf_counter() - start:.1f}s ({steps})")
     return 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -94,13 +95,16 @@ def training_subset(conversations: Sequence[Conversation], config: BuildConfig) 
             if config.plan.split_for(f"locomo:{c.sample_id}") != "train" or c.sample_id in config.train_conversations]
 
 
-def included_examples(paths: Sequence[str], plan: SplitPlan, taken: set[str]) -> tuple[list[DecisionExample], dict[str, dict[str, int]]]:
+def included_examples(paths: Sequence[str], plan: SplitPlan, taken: set[str], *,
+                      train_conversations: Sequence[str] = ()) -> tuple[list[DecisionExample], dict[str, dict[str, int]]]:
     """The examples of decision-example JSONL files (`data.schema`; a torn last line is skipped), as training
     data: each example's split follows its group under `plan` (a teacher record keeps its input's group, so it
     lands where its input did; a group the plan does not name is "train"), and those that land in a held-out
     split are dropped and counted, so calibration and evaluation keep reading the builders' own labels only.
     An id seen before (in `taken`, the built examples' ids, or in an earlier file) is an error: the same file
-    given twice, or records that would shadow each other. Returns the examples and per-file counts."""
+    given twice, or records that would shadow each other. With `train_conversations` (the build trains on these
+    LoCoMo conversations only), an example of another LoCoMo conversation is dropped and counted too. Returns the
+    examples and per-file counts."""
     from data.schema import read_jsonl
     from data.splits import apply_plan
 
@@ -109,17 +113,25 @@ def included_examples(paths: Sequence[str], plan: SplitPlan, taken: set[str]) ->
     for path in paths:
         try:
             rows = apply_plan(read_jsonl(path), plan)
-        except OSError as error:
+        except (OSError, UnicodeDecodeError) as error:
             raise DataError(f"cannot read included decision examples {path}: {error}") from error
+        repeated = [i for i, n in Counter(e.id for e in rows).items() if n > 1]
+        if repeated:
+            raise DataError(f"{path}: {len(repeated)} example ids appear more than once (first {repeated[0]!r}); ids must be unique")
         seen = [e.id for e in rows if e.id in taken]
         if seen:
             raise DataError(f"{path}: {len(seen)} example ids already in the build (first {seen[0]!r}); is a file included twice?")
         taken.update(e.id for e in rows)
         train = [e for e in rows if e.split == "train"]
-        out.extend(train)
-        counts[str(path)] = {"read": len(rows), "held_out_dropped": len(rows) - len(train), "train": len(train)}
+        kept = [e for e in train if not train_conversations or not e.group.startswith("locomo:")
+                or e.group.partition(":")[2] in train_conversations]
+        out.extend(kept)
+        counts[str(path)] = {"read": len(rows), "held_out_dropped": len(rows) - len(train),
+                             "other_conversations_dropped": len(train) - len(kept), "train": len(kept)}
         if len(train) < len(rows):
             log.warning("%s: %d examples of held-out groups dropped (included files add training data only)", path, len(rows) - len(train))
+        if len(kept) < len(train):
+            log.warning("%s: %d examples of LoCoMo conversations outside train_conversations dropped", path, len(train) - len(kept))
     return out, counts
 
 
@@ -142,7 +154,8 @@ def build_dataset(config: BuildConfig, *, embedder: Any = None) -> BuildResult:
     included: dict[str, dict[str, int]] = {}
     if config.include:
         t = time.perf_counter()
-        extra, included = included_examples(config.include, config.plan, {e.id for e in examples})
+        extra, included = included_examples(config.include, config.plan, {e.id for e in examples},
+                                            train_conversations=config.train_conversations)
         examples.extend(extra)
         seconds["include"] = time.perf_counter() - t
     t = time.perf_counter()

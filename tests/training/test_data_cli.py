@@ -103,11 +103,41 @@ def test_distill_command_uses_the_teacher(tmp_path: Path, monkeypatch: pytest.Mo
     assert sorted(e.id for e in train) == sorted(r.id for r in records)
     assert not [e for split in ("calibration", "test") for e in load_examples(rebuilt, split) if e.source.startswith("teacher:")]
     summary = json.loads((rebuilt / "summary.json").read_text())
-    assert summary["included"][str(labels)] == {"read": 12, "held_out_dropped": 0, "train": 12}
+    assert summary["included"][str(labels)] == {"read": 12, "held_out_dropped": 0, "other_conversations_dropped": 0, "train": 12}
     n_held = len(list(read_jsonl(held)))
-    assert n_held > 0 and summary["included"][str(held)] == {"read": n_held, "held_out_dropped": n_held, "train": 0}
+    assert n_held > 0 and summary["included"][str(held)] == {"read": n_held, "held_out_dropped": n_held, "other_conversations_dropped": 0, "train": 0}
     assert summary["config"]["include"] == [str(labels), str(held)]
     # the same file twice, or a file that is not there: a message and exit status 2, nothing written
     for files, message in (([labels, labels], "already in the build"), ([tmp_path / "missing.jsonl"], "cannot read included")):
         assert main(["build-data", "--out", str(tmp_path / "bad"), "--synthetic-per-family", "10", "--include", *map(str, files)]) == 2
         assert message in capsys.readouterr().err and not (tmp_path / "bad").exists()
+
+
+def _example(i: int, group: str, question: str = "Is it episodic?") -> Any:
+    from data.schema import DecisionExample
+
+    return DecisionExample(id=f"mine:{i}", family="typing", question_name="episodic", state={"observation": f"text {i}"},
+                           question={"type": "noul", "instructions": question}, target=1.0, source="mine", group=group)
+
+
+def test_included_files_reject_repeated_ids_and_undecodable_bytes_and_keep_train_conversations(tmp_path: Path) -> None:
+    from data.builders.dataset import included_examples
+    from data.schema import write_jsonl
+    from data.splits import SplitPlan
+
+    plan = SplitPlan()
+    twice = tmp_path / "twice.jsonl"
+    write_jsonl(twice, [_example(0, "mine:a"), _example(0, "mine:a", "Is it semantic?")])  # one id, two questions
+    with pytest.raises(DataError, match="appear more than once"):
+        included_examples([str(twice)], plan, set())
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b"\xff\xfe\x00{not text")
+    with pytest.raises(DataError, match="cannot read included"):
+        included_examples([str(binary)], plan, set())
+    mixed = tmp_path / "mixed.jsonl"
+    write_jsonl(mixed, [_example(1, "locomo:conv-42"), _example(2, "locomo:conv-50"), _example(3, "mine:a")])
+    kept, counts = included_examples([str(mixed)], plan, set(), train_conversations=("conv-42",))
+    assert sorted(e.id for e in kept) == ["mine:1", "mine:3"]
+    assert counts[str(mixed)] == {"read": 3, "held_out_dropped": 0, "other_conversations_dropped": 1, "train": 2}
+    every, _ = included_examples([str(mixed)], plan, set())
+    assert len(every) == 3

@@ -175,7 +175,7 @@ def test_the_data_stage_adds_included_examples_as_training_data(pipeline_run, tm
     write_jsonl(tmp_path / "mine.jsonl", mine)
     run = replace(cfg, run_dir=str(tmp_path / "run"), data_dir=str(tmp_path / "data"), include=(str(tmp_path / "mine.jsonl"),))
     record = run_stage(run, "build_data")
-    assert record["included"] == {str(tmp_path / "mine.jsonl"): {"read": 5, "held_out_dropped": 0, "train": 5}}
+    assert record["included"] == {str(tmp_path / "mine.jsonl"): {"read": 5, "held_out_dropped": 0, "other_conversations_dropped": 0, "train": 5}}
     added = [e for e in load_examples(tmp_path / "data", "train") if e.source == "teacher:t"]
     assert sorted(e.id for e in added) == sorted(e.id for e in mine) and {e.target for e in added} == {0.7}
 
