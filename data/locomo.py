@@ -129,8 +129,16 @@ def _conversation(sample: dict, corrections: dict[tuple[str, str], list[str]]) -
         questions.append(
             Question(qid, qa["question"], str(answer), int(qa["category"]), normalise_evidence(evidence, known))
         )
-    observations = {
-        k: [(fact, str(dia)) for facts in v.values() for fact, dia in facts]
-        for k, v in (sample.get("observation") or {}).items()
-    }
+    observations = {k: _facts(v) for k, v in (sample.get("observation") or {}).items()}
     return Conversation(sid, (conv["speaker_a"], conv["speaker_b"]), tuple(turns), tuple(questions), observations)
+
+
+def _facts(by_speaker: object) -> list[tuple[str, str]]:
+    """A session's `observation` facts as (fact, cited dia_ids as text); entries of another shape are skipped
+    (facts are training labels only, so a malformed one must not stop a conversation from loading)."""
+    out = []
+    for facts in by_speaker.values() if isinstance(by_speaker, dict) else ():
+        for entry in facts if isinstance(facts, list) else ():
+            if isinstance(entry, (list, tuple)) and len(entry) == 2 and isinstance(entry[0], str):
+                out.append((entry[0], str(entry[1])))
+    return out

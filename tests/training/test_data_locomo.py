@@ -310,3 +310,16 @@ def test_dense_vectors_stay_aligned_after_length_sorting(tmp_path: Path) -> None
     q = conv.questions[2]
     assert (ix.query_vectors[q.qid] == embedder.embed([q.question])[0]).all()
     assert ix.dense_rank(q.qid)[:1] and len(set(ix.dense_rank(q.qid))) == len(ix.dense_rank(q.qid))
+
+
+def test_malformed_observation_facts_are_skipped_not_fatal(tmp_path: Path) -> None:
+    sample = _conversation("conv-47", "Ann", "Bo", "harbour", 3)
+    sample["observation"]["session_1_observation"]["Ann"] += [
+        "a bare string", ["fact with two citations", ["D1:2", "D1:5"]], ["too", "many", "parts"], [7, "D1:1"]]
+    sample["observation"]["session_2_observation"] = ["not a mapping"]
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps([sample]), encoding="utf-8")
+    (conv,) = load_locomo(path)
+    facts = conv.observations["session_1_observation"]
+    assert ("fact with two citations", "['D1:2', 'D1:5']") in facts and len(facts) == 3  # Ann's good one, it, Bo's
+    assert conv.observations["session_2_observation"] == [] and len(conv.observations["session_3_observation"]) == 2
