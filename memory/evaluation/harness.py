@@ -121,8 +121,9 @@ def truncate(conversation: Conversation, max_turns: int) -> Conversation:
 
 
 def scored_questions(conversation: Conversation) -> list[Question]:
-    """The questions with at least one valid gold turn (1,155 of 1,157 on the dev conversations)."""
-    return [q for q in conversation.questions if q.evidence]
+    """The questions with at least one valid gold turn (1,155 of 1,157 on the dev conversations) and some text to
+    ask (an empty question is no query: the engine refuses it, and a flat retriever ranks nothing for it)."""
+    return [q for q in conversation.questions if q.evidence and q.question.strip()]
 
 
 def _score(conv: Conversation, q: Question, items: Sequence[Item], config: EvalConfig, returned: bool) -> QuestionScore:

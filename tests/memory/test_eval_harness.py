@@ -205,3 +205,14 @@ def test_max_turns_keeps_the_questions_the_prefix_answers(convs: list[Conversati
     report = run_locomo(convs, EvalConfig(systems=("bm25",), max_turns=4, bootstrap_draws=10))
     assert report.questions == 4  # 3 in conv-26, 1 in conv-30 ("Why did Jon ..." needs D2:2: dropped)
     assert "Only the first 4 turns" in to_markdown(report)
+
+
+def test_a_question_without_text_is_not_scored_and_does_not_stop_the_engine(convs: list[Conversation]) -> None:
+    from dataclasses import replace
+
+    first = convs[0]
+    blank = replace(first.questions[0], qid="blank", question="  ")
+    conv = replace(first, questions=(*first.questions, blank))
+    assert blank.evidence and blank not in scored_questions(conv) and len(scored_questions(conv)) == len(scored_questions(first))
+    report = run_locomo([conv], EvalConfig(systems=("bm25", "jevmem-heuristic"), bootstrap_draws=10), embedder=HashingEmbedder())
+    assert report.systems["jevmem-heuristic"].error is None and report.questions == len(scored_questions(first))
