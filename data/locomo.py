@@ -114,7 +114,7 @@ def _conversation(sample: dict, corrections: dict[tuple[str, str], list[str]]) -
                     session=s,
                     index=len(turns),
                     speaker=t["speaker"],
-                    text=t["text"],
+                    text=str(t.get("text") or ""),  # an image-only turn: its caption carries it
                     caption=t.get("blip_caption") or None,
                     date=date,
                 )

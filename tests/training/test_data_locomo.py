@@ -317,9 +317,11 @@ def test_malformed_observation_facts_are_skipped_not_fatal(tmp_path: Path) -> No
     sample["observation"]["session_1_observation"]["Ann"] += [
         "a bare string", ["fact with two citations", ["D1:2", "D1:5"]], ["too", "many", "parts"], [7, "D1:1"]]
     sample["observation"]["session_2_observation"] = ["not a mapping"]
+    del sample["conversation"]["session_1"][3]["text"]  # an image-only turn (it has a caption)
     path = tmp_path / "locomo.json"
     path.write_text(json.dumps([sample]), encoding="utf-8")
     (conv,) = load_locomo(path)
     facts = conv.observations["session_1_observation"]
     assert ("fact with two citations", "['D1:2', 'D1:5']") in facts and len(facts) == 3  # Ann's good one, it, Bo's
     assert conv.observations["session_2_observation"] == [] and len(conv.observations["session_3_observation"]) == 2
+    assert conv.turns[3].text == "" and conv.turns[3].caption and "a photo of" in conv.turns[3].memory_text()
