@@ -79,6 +79,8 @@ def add_parser(sub: Any) -> None:
                    help="LoCoMo swapped-query relevance negatives per gold turn (train split; default off, see data/README.md)")
     p.add_argument("--observation-queries", type=int, default=PipelineConfig.observation_queries,
                    help="LoCoMo observation facts per conversation used as relevance queries (train split; see data/README.md)")
+    p.add_argument("--train-hard-negatives", type=int, default=PipelineConfig.train_hard_negatives,
+                   help="this many more top BM25 and top dense relevance negatives per LoCoMo question (train split; off by default)")
     p.add_argument("--relevance-context", action=argparse.BooleanOptionalAction, default=PipelineConfig.relevance_context,
                    help="LoCoMo relevance states carry the turn before the memory as state.previous (recorded in the "
                         "model directory's states.json, which the engine follows)")

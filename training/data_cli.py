@@ -31,6 +31,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--query-swaps", type=int, default=0, help="LoCoMo swapped-query relevance negatives per gold turn (train split only)")
     p.add_argument("--observation-queries", type=int, default=0,
                    help="LoCoMo observation facts per conversation used as relevance queries (train split only)")
+    p.add_argument("--train-hard-negatives", type=int, default=0,
+                   help="this many more top BM25 and top dense relevance negatives per LoCoMo question (train split only)")
     p.add_argument("--relevance-context", action="store_true",
                    help="LoCoMo relevance states carry the turn before the memory as state.previous")
     p.add_argument("--relevance-dated", action="store_true",
@@ -93,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         locomo=args.locomo, audit=args.audit, synthetic_per_family=args.synthetic_per_family, seed=args.seed,
         dense=args.dense, plan=SplitPlan(dev_groups=tuple(f"locomo:{c}" for c in args.dev_conversations),
                                           calibration_groups=calibration), rules=LocomoRules(query_swaps=args.query_swaps, observation_queries=args.observation_queries,
+                                                                                   train_hard_negatives=args.train_hard_negatives,
                                                                                    relevance_context=args.relevance_context,
                                                                                    relevance_dated=args.relevance_dated),
         train_conversations=args.train_conversations, include=tuple(args.include),

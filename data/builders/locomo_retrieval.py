@@ -78,6 +78,10 @@ def relevance_examples(ix: ConversationIndex, emit: Emitter, rules: LocomoRules)
         negatives += [("dense", i) for i in _take(ix.dense_rank(q.qid), blocked, taken, rules.dense_negatives)]
         pool = [i for i in range(n) if i not in blocked and i not in taken]
         negatives += [("random", i) for i in rng.sample(pool, min(rules.random_negatives, len(pool)))]
+        if rules.train_hard_negatives and emit.split == "train":  # after the rest, which stay as they are
+            taken.update(i for _, i in negatives)
+            negatives += [("bm25", i) for i in _take(ix.bm25_rank(q.question), blocked, taken, rules.train_hard_negatives)]
+            negatives += [("dense", i) for i in _take(ix.dense_rank(q.qid), blocked, taken, rules.train_hard_negatives)]
         for kind, i in negatives:
             bridge = int(i in bridge_set)
             emit.emit("relevance", relevance_state(ix, q.question, i, rules), {"relevant": 0, "bridge": bridge},

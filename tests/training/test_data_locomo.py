@@ -325,3 +325,22 @@ def test_malformed_observation_facts_are_skipped_not_fatal(tmp_path: Path) -> No
     assert ("fact with two citations", "['D1:2', 'D1:5']") in facts and len(facts) == 3  # Ann's good one, it, Bo's
     assert conv.observations["session_2_observation"] == [] and len(conv.observations["session_3_observation"]) == 2
     assert conv.turns[3].text == "" and conv.turns[3].caption and "a photo of" in conv.turns[3].memory_text()
+
+
+def test_train_hard_negatives_add_top_ranked_negatives_to_train_only(locomo: tuple) -> None:
+    conversations, _ = locomo
+    base = LocomoRules(pairs_random=30, pairs_same_session=20)
+    plain = build_locomo(conversations, SplitPlan(), rules=base)
+    more = build_locomo(conversations, SplitPlan(), rules=LocomoRules(**{**base.__dict__, "train_hard_negatives": 2}))
+    held = lambda xs: sorted(e.to_json() for e in xs if e.split != "train")  # noqa: E731
+    assert held(more) == held(plain)  # dev and calibration labels untouched
+    rel = lambda xs: [e for e in xs if e.split == "train" and e.question_name == "relevant"]  # noqa: E731
+    extra = len(rel(more)) - len(rel(plain))
+    assert 0 < extra <= 4 * len([q for q in conversations[2].questions if q.evidence])  # 2 BM25 + 2 dense per question
+    conv = conversations[2]  # conv-41, the train conversation
+    texts = {t.dia_id: t.memory_text() for t in conv.turns}
+    position = {t.dia_id: i for i, t in enumerate(conv.turns)}
+    for q in conv.questions:
+        near = {texts[t.dia_id] for t in conv.turns for d in q.evidence if abs(position[t.dia_id] - position[d]) <= 1}
+        negatives = [e.state["memory"] for e in rel(more) if e.state["query"] == q.question and e.target == 0.0]
+        assert len(negatives) == len(set(negatives)) and not set(negatives) & near  # each turn once, never near gold
