@@ -33,6 +33,10 @@ def add_parser(sub: Any) -> None:
                    help="LoCoMo observation facts per conversation used as relevance queries (train split only)")
     p.add_argument("--train-hard-negatives", type=int, default=0,
                    help="this many more top BM25 and top dense relevance negatives per LoCoMo question (train split only)")
+    p.add_argument("--train-bm25-negatives", type=int, default=None,
+                   help="top BM25 relevance negatives per LoCoMo question in the train split (default: as in every split, 4)")
+    p.add_argument("--train-dense-negatives", type=int, default=None,
+                   help="top dense relevance negatives per LoCoMo question in the train split (default: as in every split, 2)")
     p.add_argument("--relevance-context", action="store_true",
                    help="LoCoMo relevance states carry the turn before the memory as state.previous")
     p.add_argument("--relevance-dated", action="store_true",
@@ -96,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
         dense=args.dense, plan=SplitPlan(dev_groups=tuple(f"locomo:{c}" for c in args.dev_conversations),
                                           calibration_groups=calibration), rules=LocomoRules(query_swaps=args.query_swaps, observation_queries=args.observation_queries,
                                                                                    train_hard_negatives=args.train_hard_negatives,
+                                                                                   train_bm25_negatives=args.train_bm25_negatives,
+                                                                                   train_dense_negatives=args.train_dense_negatives,
                                                                                    relevance_context=args.relevance_context,
                                                                                    relevance_dated=args.relevance_dated),
         train_conversations=args.train_conversations, include=tuple(args.include),

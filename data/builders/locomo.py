@@ -117,6 +117,8 @@ class LocomoRules:
     query_swaps: int = 0  # train split only: each gold turn under this many other questions -> relevant 0 (off: see below)
     observation_queries: int = 0  # train split only: observation facts per conversation used as queries (see below)
     train_hard_negatives: int = 0  # train split only: this many more top BM25 and as many more top dense non-gold turns
+    train_bm25_negatives: int | None = None  # train split only: instead of bm25_negatives (None: the same)
+    train_dense_negatives: int | None = None  # train split only: instead of dense_negatives (None: the same)
     observation_bm25_negatives: int = 3  # per observation query
     observation_random_negatives: int = 1
     adjacency: int = 1  # turns this close to a gold turn are never negatives

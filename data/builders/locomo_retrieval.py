@@ -74,11 +74,14 @@ def relevance_examples(ix: ConversationIndex, emit: Emitter, rules: LocomoRules)
             emit.emit("relevance", relevance_state(ix, q.question, i, rules), {"relevant": 0, "bridge": 1},
                       weights={"bridge": 0.5, "relevant": 0.5}, notes="locomo:bridge")
         bridge_set = set(bridges)
-        negatives = [("bm25", i) for i in _take(ix.bm25_rank(q.question), blocked, taken, rules.bm25_negatives)]
-        negatives += [("dense", i) for i in _take(ix.dense_rank(q.qid), blocked, taken, rules.dense_negatives)]
+        train = emit.split == "train"
+        n_bm25 = rules.train_bm25_negatives if train and rules.train_bm25_negatives is not None else rules.bm25_negatives
+        n_dense = rules.train_dense_negatives if train and rules.train_dense_negatives is not None else rules.dense_negatives
+        negatives = [("bm25", i) for i in _take(ix.bm25_rank(q.question), blocked, taken, n_bm25)]
+        negatives += [("dense", i) for i in _take(ix.dense_rank(q.qid), blocked, taken, n_dense)]
         pool = [i for i in range(n) if i not in blocked and i not in taken]
         negatives += [("random", i) for i in rng.sample(pool, min(rules.random_negatives, len(pool)))]
-        if rules.train_hard_negatives and emit.split == "train":  # after the rest, which stay as they are
+        if rules.train_hard_negatives and train:  # after the rest, which stay as they are
             taken.update(i for _, i in negatives)
             negatives += [("bm25", i) for i in _take(ix.bm25_rank(q.question), blocked, taken, rules.train_hard_negatives)]
             negatives += [("dense", i) for i in _take(ix.dense_rank(q.qid), blocked, taken, rules.train_hard_negatives)]

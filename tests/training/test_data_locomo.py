@@ -14,7 +14,7 @@ import pytest
 from controller.families import FAMILIES, split_memory_text
 from data.builders.locomo import LocomoRules, build_locomo
 from data.locomo import load_locomo
-from data.schema import DecisionExample
+from data.schema import DataError, DecisionExample
 from data.splits import SplitPlan, state_strings
 
 TOPICS = (
@@ -344,3 +344,19 @@ def test_train_hard_negatives_add_top_ranked_negatives_to_train_only(locomo: tup
         near = {texts[t.dia_id] for t in conv.turns for d in q.evidence if abs(position[t.dia_id] - position[d]) <= 1}
         negatives = [e.state["memory"] for e in rel(more) if e.state["query"] == q.question and e.target == 0.0]
         assert len(negatives) == len(set(negatives)) and not set(negatives) & near  # each turn once, never near gold
+
+
+def test_train_negative_counts_change_the_train_split_only(locomo: tuple) -> None:
+    conversations, _ = locomo
+    base = LocomoRules(pairs_random=30, pairs_same_session=20)
+    plain = build_locomo(conversations, SplitPlan(), rules=base)
+    fewer = build_locomo(conversations, SplitPlan(), rules=LocomoRules(**{**base.__dict__, "train_bm25_negatives": 1,
+                                                                          "train_dense_negatives": 0}))
+    held = lambda xs: sorted(e.to_json() for e in xs if e.split != "train")  # noqa: E731
+    assert held(fewer) == held(plain)
+    kinds = lambda xs: Counter(e.notes for e in xs if e.split == "train" and e.question_name == "relevant")  # noqa: E731
+    answerable = len([q for q in conversations[2].questions if q.evidence and q.category in (1, 2, 3, 4)])
+    assert kinds(fewer)["locomo:bm25"] == answerable and kinds(fewer)["locomo:dense"] == 0
+    assert kinds(plain)["locomo:bm25"] == base.bm25_negatives * answerable
+    with pytest.raises(DataError, match="must be >= 0"):
+        LocomoRules(train_bm25_negatives=-1)
