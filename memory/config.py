@@ -108,6 +108,9 @@ class EngineConfig:
     # the relevance term in log-odds: relevance_weight * (logit(p_relevant) - centre), the centre then the mean
     # judged logit (0 without center_relevance)
     relevance_logit: bool = False
+    # the final ranking's centre over every judged candidate of the query, traversal finds it does not admit included
+    # (default: over the admitted ones it ranks)
+    center_on_pool: bool = False
     tau_admit: float = 0.5  # a node found by traversal (not a seed) is ranked only when p_relevant exceeds this
     expand_decay: float = 0.8  # structure of an expanded node = decay * parent's structure * edge weight
     recency_weight: float = 0.0  # + recency_weight * p_recency * (position in time among the ranked nodes)

@@ -68,7 +68,8 @@ def relevance_center(candidates: Iterable[Candidate], config: EngineConfig) -> f
     the judged `candidates`, so that an unjudged pool node ranks as an average judged one would (a calibrated
     controller's p_relevant sits near the low base rate, and centring at 0.5 would push every judged seed below
     the unjudged tail of the pool). `rank` takes the mean over what it ranks: the final ranking, over the admitted
-    candidates (a traversal find judged below tau_admit is not among them); the stopping request's, over the pool."""
+    candidates (a traversal find judged below tau_admit is not among them; with `center_on_pool`, over the whole
+    judged pool), the stopping request's, over the pool."""
     judged = [relevance_value(c.relevant, config) for c in candidates if c.relevant is not None]
     if not config.center_relevance or not judged:
         return relevance_value(0.5, config)
@@ -90,10 +91,12 @@ def score(cand: Candidate, route: Route, config: EngineConfig, newest: int, olde
     return value
 
 
-def rank(candidates: Sequence[Candidate], route: Route, config: EngineConfig) -> list[tuple[Candidate, float]]:
+def rank(candidates: Sequence[Candidate], route: Route, config: EngineConfig, *,
+         center: float | None = None) -> list[tuple[Candidate, float]]:
+    """`candidates` by score, best first; the relevance centre is theirs unless `center` is given."""
     seqs = [c.node.seq for c in candidates]
     newest, oldest = (max(seqs), min(seqs)) if seqs else (0, 0)
-    center = relevance_center(candidates, config)
+    center = relevance_center(candidates, config) if center is None else center
     scored = [(c, score(c, route, config, newest, oldest, center)) for c in candidates]
     return sorted(scored, key=lambda cs: (-cs[1], -cs[0].structure, cs[0].node.seq))
 
@@ -199,7 +202,8 @@ def run_query(
             seeds = hybrid_seeds(store, embedder.embed([query])[0], query, config)
             pool = {c.node.id: c for c in seeds}
             seeded.update(pool)
-    ranked = rank(admitted(pool.values(), seeded, config), route, config)[:k]
+    center = relevance_center(pool.values(), config) if config.center_on_pool else None
+    ranked = rank(admitted(pool.values(), seeded, config), route, config, center=center)[:k]
     evidence = tuple(
         Evidence(c.node.id, c.node.content, s, c.node.source_ids, c.node.observed_at, c.node.speaker, c.via, c.depth)
         for c, s in ranked

@@ -405,3 +405,32 @@ def test_the_relevance_term_in_log_odds_separates_confident_judgments() -> None:
     assert [c.node.id for c, _ in rank(pool, route, plain)] == ["top", "second", "third"]
     assert [c.node.id for c, _ in rank(pool, route, logit)] == ["second", "top", "third"]
     assert EngineConfig.from_dict({**plain.to_dict(), "relevance_logit": True}).relevance_logit
+
+
+def test_the_centre_can_include_traversal_finds_the_ranking_leaves_out() -> None:
+    from memory.read_path import rank
+    from memory.routing import Route
+
+    route = Route({}, (), {}, 0)
+    judged_seed, unjudged_seed = _judged("A", 0.5, 0.3, 0), _judged("B", 0.6, 0.3, 1)
+    unjudged_seed.relevant = None
+    config = EngineConfig(relevance_weight=1.5)
+    admitted_only = rank([judged_seed, unjudged_seed], route, config)  # centre 0.3: A gains nothing
+    with_rejected = rank([judged_seed, unjudged_seed], route, config, center=(0.3 + 0.05) / 2)  # a find judged 0.05
+    assert [c.node.id for c, _ in admitted_only] == ["B", "A"] and [c.node.id for c, _ in with_rejected] == ["A", "B"]
+    # wired through the engine: a traversal find judged below tau_admit moves the seeds' scores only with the flag
+    rules = {("relevance", "relevant"): lambda s: 0.05 if "repair" in s["memory"] else 0.6,
+             ("relevance", "bridge"): lambda s: 0.9, ("routing", "causal"): lambda s: 0.9, ("routing", "multi_hop"): lambda s: 1.0}
+    engine = make_engine(RuleBackend(rules), consolidation_every=0, n_seeds=2, seed_pool=3, relevance_weight=1.0)
+    for i, text in enumerate(FILLER):
+        engine.write(obs(text, i))
+    target = engine.write(obs("Mira: the repair shop quoted three hundred euros", 100)).node_id
+    seed = engine.write(obs("Mira: I bought a new bicycle", 300)).node_id
+    engine.link(target, seed, "causal")
+    default = engine.query("Why buy a new bicycle?", k=10).evidence
+    engine.config = engine.config.with_(center_on_pool=True)
+    pooled = engine.query("Why buy a new bicycle?", k=10).evidence
+    assert target not in [e.node_id for e in default] and target not in [e.node_id for e in pooled]
+    before = {e.node_id: e.score for e in default}
+    rises = {e.node_id: e.score - before[e.node_id] for e in pooled}
+    assert rises[seed] > 0.02 and max(rises.values()) - min(rises.values()) < 1e-9  # one lower centre lifts all alike
