@@ -134,6 +134,11 @@ def prior_shifts(predictions: Sequence[Prediction], reference: Iterable[Decision
     return shifts
 
 
+def at_fitted_levels(shifts: dict[str, float], calibration: Calibration) -> dict[str, float]:
+    """The prior shifts of the keys whose calibration level was fitted (`Calibration.fitted`)."""
+    return {key: s for key, s in shifts.items() if calibration.fitted("noul", 1, key)}
+
+
 def calibrate_predictions(predictions: Sequence[Prediction], model_hash: str | None, *, bias: bool = False,
                           folds: str = "source", keep_raw: bool = False,
                           reference: Iterable[DecisionExample] | None = None, prior_min_examples: int = 100,
@@ -148,9 +153,7 @@ def calibrate_predictions(predictions: Sequence[Prediction], model_hash: str | N
                                    folds=FOLDS[folds](predictions), keep_raw=keep_raw)
     if reference is not None:
         shifts = prior_shifts(predictions, reference, min_examples=prior_min_examples)
-        if shift_fitted_only:
-            shifts = {key: s for key, s in shifts.items() if calibration.fitted("noul", 1, key)}
-        calibration = replace(calibration, prior_shifts=shifts)
+        calibration = replace(calibration, prior_shifts=at_fitted_levels(shifts, calibration) if shift_fitted_only else shifts)
     before, after = {}, {}
     for g in sorted(set(groups)):
         idx = [i for i, x in enumerate(groups) if x == g]

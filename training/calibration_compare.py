@@ -53,7 +53,7 @@ def compare(calibration: Sequence[Prediction], sampled: Sequence[Prediction], he
     """Per variant: held-out {family: {n, nll_raw, nll, ece_raw, ece, meets}} (and `all`) plus the fitted levels.
     `reference` (the training and calibration examples) serves the variants with a pooled prior."""
     from controller.calibration import fit_temperatures
-    from training.calibrate import FOLDS, calibration_inputs, prior_shifts
+    from training.calibrate import FOLDS, at_fitted_levels, calibration_inputs, prior_shifts
     from training.evaluate import compute_metrics
     from training.predict import probabilities
     from training.report import ECE_MIN_EXAMPLES, ece_passes
@@ -68,9 +68,7 @@ def compare(calibration: Sequence[Prediction], sampled: Sequence[Prediction], he
             if not reference:
                 raise ValueError(f"variant {name!r} needs the training and calibration examples (reference)")
             shifts = prior_shifts(fit_on, reference)
-            if spec["prior"] == "fitted":  # as `calibrate_predictions(..., shift_fitted_only=True)`
-                shifts = {key: s for key, s in shifts.items() if cal.fitted("noul", 1, key)}
-            cal = dataclasses.replace(cal, prior_shifts=shifts)
+            cal = dataclasses.replace(cal, prior_shifts=at_fitted_levels(shifts, cal) if spec["prior"] == "fitted" else shifts)
         held = at_level(heldout, spec["level"])
         raw, calibrated = probabilities(held), probabilities(held, cal)
         families: dict[str, list[int]] = {"all": list(range(len(held)))}

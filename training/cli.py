@@ -19,7 +19,7 @@ from dataclasses import fields
 from typing import Any
 
 from controller.families import FAMILIES
-from training.data_cli import add_include, conversation_ids
+from training.data_cli import add_include, add_train_negatives, conversation_ids
 from training.pipeline import CALIBRATION_PRIORS, DATA_SETTINGS, STAGES, PipelineConfig, run_all, run_stage
 from training.trainer import DROPOUT_KINDS, FitConfig
 
@@ -79,8 +79,7 @@ def add_parser(sub: Any) -> None:
                    help="LoCoMo swapped-query relevance negatives per gold turn (train split; default off, see data/README.md)")
     p.add_argument("--observation-queries", type=int, default=PipelineConfig.observation_queries,
                    help="LoCoMo observation facts per conversation used as relevance queries (train split; see data/README.md)")
-    p.add_argument("--train-hard-negatives", type=int, default=PipelineConfig.train_hard_negatives,
-                   help="this many more top BM25 and top dense relevance negatives per LoCoMo question (train split; off by default)")
+    add_train_negatives(p)
     p.add_argument("--relevance-context", action=argparse.BooleanOptionalAction, default=PipelineConfig.relevance_context,
                    help="LoCoMo relevance states carry the turn before the memory as state.previous (recorded in the "
                         "model directory's states.json, which the engine follows)")

@@ -31,12 +31,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--query-swaps", type=int, default=0, help="LoCoMo swapped-query relevance negatives per gold turn (train split only)")
     p.add_argument("--observation-queries", type=int, default=0,
                    help="LoCoMo observation facts per conversation used as relevance queries (train split only)")
-    p.add_argument("--train-hard-negatives", type=int, default=0,
-                   help="this many more top BM25 and top dense relevance negatives per LoCoMo question (train split only)")
-    p.add_argument("--train-bm25-negatives", type=int, default=None,
-                   help="top BM25 relevance negatives per LoCoMo question in the train split (default: as in every split, 4)")
-    p.add_argument("--train-dense-negatives", type=int, default=None,
-                   help="top dense relevance negatives per LoCoMo question in the train split (default: as in every split, 2)")
+    add_train_negatives(p)
     p.add_argument("--relevance-context", action="store_true",
                    help="LoCoMo relevance states carry the turn before the memory as state.previous")
     p.add_argument("--relevance-dated", action="store_true",
@@ -79,6 +74,16 @@ def run_distill(args: argparse.Namespace) -> int:
     print(f"teacher {args.name}: {report.written} written, {report.skipped} already recorded, {report.failed} refused, "
           f"{report.requests} requests in {report.seconds:.1f}s -> {args.out}")
     return 0
+
+
+def add_train_negatives(p: argparse.ArgumentParser) -> None:
+    """Relevance negative counts of the LoCoMo train split (`LocomoRules`; off by default, README)."""
+    p.add_argument("--train-hard-negatives", type=int, default=0,
+                   help="this many more top BM25 and top dense relevance negatives per LoCoMo question (train split only)")
+    p.add_argument("--train-bm25-negatives", type=int, default=None,
+                   help="top BM25 relevance negatives per LoCoMo question in the train split (default: as in every split, 4)")
+    p.add_argument("--train-dense-negatives", type=int, default=None,
+                   help="top dense relevance negatives per LoCoMo question in the train split (default: as in every split, 2)")
 
 
 def add_include(p: argparse.ArgumentParser) -> None:

@@ -43,6 +43,8 @@ class PipelineConfig:
     query_swaps: int = 0  # LoCoMo swapped-query relevance negatives per gold turn (`LocomoRules.query_swaps`)
     observation_queries: int = 0  # LoCoMo observation facts per conversation used as relevance queries (`LocomoRules`)
     train_hard_negatives: int = 0  # more top BM25 / dense relevance negatives per LoCoMo train question (`LocomoRules`)
+    train_bm25_negatives: int | None = None  # LoCoMo train split: top BM25 relevance negatives (None: as every split)
+    train_dense_negatives: int | None = None  # LoCoMo train split: top dense relevance negatives (None: as every split)
     relevance_context: bool = False  # LoCoMo relevance states carry the turn before the memory (`LocomoRules`)
     relevance_dated: bool = False  # LoCoMo relevance memories carry their session date (`LocomoRules`)
     train_conversations: tuple[str, ...] = ()  # LoCoMo conversations the train split may use (empty: all it would)
@@ -145,6 +147,8 @@ def stage_build_data(cfg: PipelineConfig) -> dict[str, Any]:
     result = build_dataset(BuildConfig(locomo=cfg.locomo, audit=cfg.audit, synthetic_per_family=cfg.synthetic_per_family,
                                        seed=cfg.fit.seed, dense=cfg.dense, rules=LocomoRules(query_swaps=cfg.query_swaps, observation_queries=cfg.observation_queries,
                                                                          train_hard_negatives=cfg.train_hard_negatives,
+                                                                         train_bm25_negatives=cfg.train_bm25_negatives,
+                                                                         train_dense_negatives=cfg.train_dense_negatives,
                                                                          relevance_context=cfg.relevance_context,
                                                                          relevance_dated=cfg.relevance_dated),
                                        train_conversations=tuple(cfg.train_conversations), include=tuple(cfg.include),
@@ -395,7 +399,7 @@ _RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
 
 # PipelineConfig fields only the data build reads (`make train` / `python -m training all` set them).
 DATA_SETTINGS: tuple[str, ...] = ("locomo", "audit", "synthetic_per_family", "dense", "query_swaps", "observation_queries",
-                                  "train_hard_negatives",
+                                  "train_hard_negatives", "train_bm25_negatives", "train_dense_negatives",
                                   "relevance_context", "relevance_dated", "train_conversations", "calibration_conversations",
                                   "dev_conversations", "include")
 

@@ -56,6 +56,13 @@ def relevance_state(ix: ConversationIndex, query: str, turn: int, rules: LocomoR
     return state
 
 
+def _ranked_negatives(ix: ConversationIndex, q: Question, blocked: set[int], taken: set[int], n_bm25: int,
+                      n_dense: int) -> list[tuple[str, int]]:
+    """The top `n_bm25` BM25 and then the top `n_dense` dense non-gold turns not blocked or taken (taken grows)."""
+    out = [("bm25", i) for i in _take(ix.bm25_rank(q.question), blocked, taken, n_bm25)]
+    return out + [("dense", i) for i in _take(ix.dense_rank(q.qid), blocked, taken, n_dense)]
+
+
 def relevance_examples(ix: ConversationIndex, emit: Emitter, rules: LocomoRules) -> None:
     rng = emit.rng
     n = len(ix.turns)
@@ -77,14 +84,12 @@ def relevance_examples(ix: ConversationIndex, emit: Emitter, rules: LocomoRules)
         train = emit.split == "train"
         n_bm25 = rules.train_bm25_negatives if train and rules.train_bm25_negatives is not None else rules.bm25_negatives
         n_dense = rules.train_dense_negatives if train and rules.train_dense_negatives is not None else rules.dense_negatives
-        negatives = [("bm25", i) for i in _take(ix.bm25_rank(q.question), blocked, taken, n_bm25)]
-        negatives += [("dense", i) for i in _take(ix.dense_rank(q.qid), blocked, taken, n_dense)]
+        negatives = _ranked_negatives(ix, q, blocked, taken, n_bm25, n_dense)
         pool = [i for i in range(n) if i not in blocked and i not in taken]
         negatives += [("random", i) for i in rng.sample(pool, min(rules.random_negatives, len(pool)))]
         if rules.train_hard_negatives and train:  # after the rest, which stay as they are
             taken.update(i for _, i in negatives)
-            negatives += [("bm25", i) for i in _take(ix.bm25_rank(q.question), blocked, taken, rules.train_hard_negatives)]
-            negatives += [("dense", i) for i in _take(ix.dense_rank(q.qid), blocked, taken, rules.train_hard_negatives)]
+            negatives += _ranked_negatives(ix, q, blocked, taken, rules.train_hard_negatives, rules.train_hard_negatives)
         for kind, i in negatives:
             bridge = int(i in bridge_set)
             emit.emit("relevance", relevance_state(ix, q.question, i, rules), {"relevant": 0, "bridge": bridge},

@@ -101,7 +101,7 @@ def bootstrap_intervals(
     for group, metric in targets:
         per = _per_cluster(scores, group, metric)
         if unit == "question":
-            interval = _question_interval(per, [c for c in clusters if c in per], draws, seed)
+            interval = _question_interval(per, clusters, draws, seed)
         else:
             interval = _interval(per, clusters, idx)
         if interval is not None:
