@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.client import SystemOneClient
+from controller.errors import InputTooLongError
 from controller.families import family_questions, memory_text
 from memory.errors import ControllerOutputError
 from memory.types import Node
@@ -78,6 +79,23 @@ class Controller:
             raise ControllerOutputError("batch", f"{len(responses)} responses for {len(requests)} requests")
         self._count(len(requests), sum(len(q) for _, q in requests))
         return [r.answers for r in responses]
+
+
+def ask_batch_within_limit(
+    controller: Controller, requests: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]
+) -> list[Answers | None]:
+    """`controller.ask_batch`, except that a state over the model's input limit costs only its own request: one
+    such state refuses the whole batch, which is then asked request by request, and each refused one is None."""
+    try:
+        return list(controller.ask_batch(requests))
+    except InputTooLongError:
+        answers: list[Answers | None] = []
+        for state, questions in requests:
+            try:
+                answers.append(controller.ask(state, questions))
+            except InputTooLongError:
+                answers.append(None)
+        return answers
 
 
 def keyed(prefix: str, family: str, names: Sequence[str]) -> dict[str, dict[str, Any]]:

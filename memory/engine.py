@@ -27,7 +27,7 @@ from typing import Any, Literal
 from controller.backend import Backend
 from controller.client import SystemOneClient
 from controller.embedding import Embedder, create_embedder
-from controller.errors import BackendError
+from controller.errors import BackendError, InputTooLongError
 from memory import lifecycle
 from memory.candidates import CandidateSet, discover_candidates
 from memory.config import EngineConfig, preset
@@ -78,7 +78,7 @@ class Engine:
         self._summaries = 0
         self._recent: deque[str] = deque(maxlen=config.consolidation_window)
         self._consolidated: set[tuple[str, str]] = set()
-        self._known_names: set[str] = set()
+        self._known_names: set[str] | None = None  # speakers so far, the stored ones included (`_names`)
         self._owned: list[Any] = []
 
     @classmethod
@@ -116,6 +116,13 @@ class Engine:
             self._seq = next_seq() if callable(next_seq) else max((n.seq for n in self.store.iter_nodes()), default=-1) + 1
         return self._seq
 
+    def _names(self) -> set[str]:
+        """Known names for entity extraction (a sentence-initial name counts only when known): every speaker in
+        the store, read once, so a reopened store extracts what one long session would."""
+        if self._known_names is None:
+            self._known_names = {n.speaker for n in self.store.iter_nodes() if n.speaker}
+        return self._known_names
+
     def _take_seq(self) -> int:
         seq = self._peek_seq()
         self._seq = seq + 1
@@ -133,13 +140,17 @@ class Engine:
                 timings[name] = (now - clock) * 1000.0
                 clock = now
 
-            node = make_node(obs, seq=self._peek_seq(), config=self.config, known_names=self._known_names)
+            node = make_node(obs, seq=self._peek_seq(), config=self.config, known_names=self._names())
             embedding = self.embedder.embed([node.content])[0]
             lap("embedding")
             questions = 0
+            too_long: str | None = None
             try:
                 types = type_node(self.controller, node.content, self.config)
                 questions += len(types)
+            except InputTooLongError as error:  # the text fits max_memory_chars but not the model: no retry helps
+                log.info("typing state of %s over the controller's input limit: %s", node.id, error)
+                types, too_long = {}, str(error)
             except (BackendError, ControllerOutputError) as error:
                 log.warning("typing of %s pending: %s", node.id, error)
                 types = {}
@@ -152,6 +163,8 @@ class Engine:
             lap("candidates")
             if types:
                 assessment = assess_pairs(self.controller, node, cands.nodes, self.config)
+            elif too_long is not None:  # its pair states would be longer still
+                assessment = Assessment((), LinkStatus.OVER_BUDGET, (), tuple(c.id for c in cands.nodes), 0, too_long)
             else:  # the controller just failed: typing and pairs are owed, `relink` runs both
                 assessment = Assessment((), LinkStatus.RELATIONS_PENDING, (), (), 0, "typing failed")
             questions += assessment.questions
@@ -167,7 +180,7 @@ class Engine:
             self._seq = node.seq + 1
             lap("apply")
             if node.speaker:
-                self._known_names.add(node.speaker)
+                self._names().add(node.speaker)
             self._writes += 1
             self._recent.append(node.id)
             every = self.config.consolidation_every
@@ -229,7 +242,7 @@ class Engine:
         with self._lock:
             node = lifecycle.require(self.store, node_id)
             with self.store.transaction():
-                lifecycle.edit_node(self.store, self.embedder, node, content, self.config, self._known_names)
+                lifecycle.edit_node(self.store, self.embedder, node, content, self.config, self._names())
             return self.get(node_id)
 
     def link(self, src: str, dst: str, relation: str, *, attrs: Mapping[str, Any] | None = None) -> Edge:

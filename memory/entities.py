@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable
+from itertools import chain
 
 # Capitalised words that are not names on their own (greetings, pronouns, calendar words).
 _NOT_NAMES: frozenset[str] = frozenset(
@@ -97,21 +98,22 @@ def extract_entities(
     mentions.extend((m.start(), m.group(1)) for m in _QUOTED.finditer(text))
     mentions.extend((m.start(), f"{m.group(1)} {m.group(2)}") for m in _NUMBER_UNIT.finditer(text))
     mentions.extend((m.start(), f"{m.group(1)}{m.group(2)}") for m in _MONEY.finditer(text))
-    ordered: list[str] = [normalise_entity(speaker)] if speaker else []
-    for _, surface in sorted(mentions, key=lambda x: x[0]):
-        ordered.append(normalise_entity(surface))
-    out: list[str] = []
-    for entity in ordered:
-        if entity and entity not in out:
-            out.append(entity)
-    return tuple(out[:limit])
+    ordered = (normalise_entity(surface) for _, surface in sorted(mentions, key=lambda x: x[0]))
+    return _first_distinct(chain([normalise_entity(speaker)] if speaker else [], ordered), limit)
 
 
 def clean_entities(entities: Iterable[str], *, speaker: str | None = None, limit: int = 12) -> tuple[str, ...]:
     """Normalise caller-given entities the same way (the speaker is added first when given)."""
-    ordered = ([normalise_entity(speaker)] if speaker else []) + [normalise_entity(str(e)) for e in entities]
-    out: list[str] = []
-    for entity in ordered:
-        if entity and entity not in out:
-            out.append(entity)
-    return tuple(out[:limit])
+    ordered = (normalise_entity(str(e)) for e in entities)
+    return _first_distinct(chain([normalise_entity(speaker)] if speaker else [], ordered), limit)
+
+
+def _first_distinct(entities: Iterable[str], limit: int) -> tuple[str, ...]:
+    """The first `limit` distinct non-empty ids, in order; stops there (a long text may mention thousands)."""
+    out: dict[str, None] = {}
+    for entity in entities:
+        if len(out) >= limit:
+            break
+        if entity:
+            out[entity] = None
+    return tuple(out)

@@ -52,9 +52,15 @@ def observation_from_record(record: dict[str, Any], *, where: str = "record") ->
 
 
 def read_jsonl(path: str | Path) -> Iterator[Observation]:
-    """Observations from a JSONL file, validated line by line (blank lines skipped; errors name the line)."""
-    with Path(path).open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
+    """Observations from a JSONL file, validated line by line (blank lines skipped; errors name the line).
+
+    UTF-8, with or without a byte order mark; lines are decoded one by one so a bad byte names its line."""
+    with Path(path).open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as error:
+                raise InvalidObservationError(f"{path}:{number}: not UTF-8 ({error.reason} at byte {error.start})") from error
             if not line.strip():
                 continue
             try:

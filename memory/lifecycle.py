@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from controller.embedding import Embedder
-from controller.errors import BackendError
+from controller.errors import BackendError, InputTooLongError
 from memory.candidates import discover_candidates
 from memory.config import EngineConfig
 from memory.control import Controller
@@ -30,6 +30,7 @@ from memory.write_path import (
     Assessment,
     add_unless_explicit,
     assess_pairs,
+    check_text,
     entity_edges,
     fingerprint,
     temporal_edges,
@@ -101,6 +102,7 @@ def edit_node(store: Store, embedder: Embedder, node: Node, content: str, config
     """Apply an edit inside the caller's transaction; returns the stored node."""
     if not isinstance(content, str) or not content.strip():
         raise InvalidObservationError("an edit needs non-empty text", content)
+    check_text("content", content)
     embedding = embedder.embed([content])[0]
     if fingerprint(content) == node.fingerprint:
         store.update_node(node, embedding)  # same text: a re-embedding keeps every judgment
@@ -132,7 +134,8 @@ def set_explicit_links(store: Store, node_id: str, links: Sequence[tuple[str, st
         check_relation(relation)
     for edge in store.edges_from(node_id):
         if edge.origin == EdgeOrigin.EXPLICIT:
-            store.remove_edge(edge.src, edge.dst, edge.relation)
+            remove_edge(store, edge)  # as `unlink` does: a withdrawn supersession is cleared on its target
+    node = require(store, node_id)  # a target of those links may be this node (superseded_by just cleared)
     for dst, relation in links:
         store.add_edge(Edge(node_id, dst, relation, EdgeOrigin.EXPLICIT, 1.0))
     authored = replace(node, metadata={**node.metadata, "links_authored": True})
@@ -151,7 +154,7 @@ def delete_node(store: Store, node_id: str) -> bool:
         remove_edge(store, edge)
     store.delete_node(node_id)
     if len(prev) == 1 and len(nxt) == 1 and prev[0] != nxt[0]:
-        store.add_edge(Edge(prev[0], nxt[0], "temporal_next", EdgeOrigin.DETERMINISTIC))
+        add_unless_explicit(store, [Edge(prev[0], nxt[0], "temporal_next", EdgeOrigin.DETERMINISTIC)])
     return True
 
 
@@ -171,6 +174,11 @@ def relink_node(store: Store, controller: Controller, embedder: Embedder, node: 
         try:
             types = type_node(controller, node.content, config)
             asked += 4
+        except InputTooLongError as error:  # over the model's input limit: a retry cannot help, unlike pending
+            over = Assessment((), LinkStatus.OVER_BUDGET, (), (), 0, str(error))
+            with store.transaction():
+                store.set_link_status(node.id, LinkStatus.OVER_BUDGET)
+            return RelinkOutcome(node.id, over, 0, 0)
         except (BackendError, ControllerOutputError) as error:
             failed = Assessment((), LinkStatus.RELATIONS_PENDING, (), (), 4, f"{type(error).__name__}: {error}")
             with store.transaction():

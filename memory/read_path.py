@@ -28,7 +28,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import replace
 
 from controller.embedding import Embedder
-from controller.errors import BackendError, InvalidRequestError
+from controller.errors import BackendError, InputTooLongError, InvalidRequestError
 from controller.families import STOP_SIGNALS
 from memory.config import EngineConfig
 from memory.control import Controller, clipped, keyed, memory_state, noul
@@ -109,13 +109,23 @@ def admitted(candidates: Iterable[Candidate], seeded: Collection[str], config: E
 
 
 def ask_stop(controller: Controller, query: str, ranked: Sequence[tuple[Candidate, float]], depth: int,
-             config: EngineConfig) -> dict[str, float]:
+             config: EngineConfig) -> dict[str, float] | None:
+    """The stopping signals over the top `stop_evidence_k` evidence items. A state over the model's input limit
+    (long memories) is asked again with the first half of its items, down to one; None when even one is too long
+    (the round then goes on, as it would without the stopping questions)."""
     evidence = [
         memory_state(replace(c.node, content=clipped(c.node.content, config.max_evidence_chars)))
         for c, _ in ranked[: config.stop_evidence_k]
     ]
-    answers = controller.ask({"query": query, "evidence": evidence, "depth": depth}, keyed("", "stopping", STOP_SIGNALS))
-    return {name: noul(answers, name) for name in STOP_SIGNALS}
+    while True:
+        try:
+            answers = controller.ask({"query": query, "evidence": evidence, "depth": depth}, keyed("", "stopping", STOP_SIGNALS))
+        except InputTooLongError:
+            if len(evidence) <= 1:
+                return None
+            evidence = evidence[: len(evidence) // 2]
+            continue
+        return {name: noul(answers, name) for name in STOP_SIGNALS}
 
 
 def stop_reason(signals: dict[str, float], config: EngineConfig) -> str | None:
@@ -167,7 +177,7 @@ def run_query(
                 break
             if config.ask_stop:
                 signals = ask_stop(controller, query, rank(list(pool.values()), route, config), depth, config)
-                reason = stop_reason(signals, config)
+                reason = None if signals is None else stop_reason(signals, config)
                 tracer.add("stop", depth=depth, signals=signals, reason=reason)
                 if reason is not None:
                     stopped = reason

@@ -98,6 +98,10 @@ class SystemTwo:
             raise SystemTwoError("System Two returned an unexpected body", response.text[:200]) from error
         if not isinstance(content, str) or not content.strip():
             raise SystemTwoError("System Two returned an empty answer", content)
+        try:
+            content.encode("utf-8")  # a lone surrogate escape parses as JSON but can be neither stored nor sent
+        except UnicodeEncodeError as error:
+            raise SystemTwoError("System Two returned text that is not valid Unicode", content[:200]) from error
         return content.strip()
 
     def answer(self, query: str, evidence: Sequence[Evidence]) -> str:

@@ -14,7 +14,7 @@ import numpy as np
 
 from controller.families import previous_text
 from memory.config import EngineConfig
-from memory.control import Controller, clipped, keyed, memory_state, noul
+from memory.control import Controller, ask_batch_within_limit, clipped, keyed, memory_state, noul
 from memory.store.base import Store
 from memory.types import Edge, EdgeOrigin, Node
 
@@ -119,7 +119,8 @@ def judge(controller: Controller, query: str, candidates: Sequence[Candidate], c
     """One batched call: RELEVANCE Nouls per candidate (keys candidate_{i}_relevant, and _bridge unless
     `bridge` is False: a round that cannot be expanded further has no use for it). With relevance context on
     (`config.relevance_context`, else the controller's `states.json`) and a `store`, each state also carries the
-    memory before the candidate (`previous_memory`), as data like the memory itself."""
+    memory before the candidate (`previous_memory`), as data like the memory itself. A candidate whose state is over
+    the model's input limit stays unjudged (a seed still ranks by its hybrid score)."""
     if not candidates:
         return
     names = ("relevant", "bridge") if bridge else ("relevant",)
@@ -135,7 +136,8 @@ def judge(controller: Controller, query: str, candidates: Sequence[Candidate], c
         if prev is not None:
             state["previous"] = previous_text(prev.content)
         requests.append((state, keyed(f"candidate_{i}_", "relevance", names)))
-    answers = controller.ask_batch(requests)
-    for i, (cand, ans) in enumerate(zip(candidates, answers)):
+    for i, (cand, ans) in enumerate(zip(candidates, ask_batch_within_limit(controller, requests))):
+        if ans is None:  # its state is over the model's input limit: it stays unjudged, the others do not
+            continue
         cand.relevant = noul(ans, f"candidate_{i}_relevant")
         cand.bridge = noul(ans, f"candidate_{i}_bridge") if bridge else None

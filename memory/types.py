@@ -38,7 +38,7 @@ class LinkStatus(str, Enum):
 
     ASSESSED = "assessed"  # judged; zero or more edges were written
     EMPTY_SHORTLIST = "empty_shortlist"  # nothing to compare with (first node, or no candidates)
-    OVER_BUDGET = "over_budget"  # candidates existed but were cut by a budget
+    OVER_BUDGET = "over_budget"  # cut by a budget: candidates, or its own text, over the state / input limit
     RELATIONS_PENDING = "relations_pending"  # controller unavailable; re-run with `relink`
     STALE = "stale"  # its text changed; inferred links were dropped and await re-assessment
 

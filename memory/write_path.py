@@ -13,17 +13,18 @@ never names an id or relation: keys are ours, answers are validated, edges are b
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from controller.errors import BackendError, InputTooLongError
+from controller.errors import BackendError
 from controller.families import MEMORY_TYPES, TEMPORAL_RELATIONS
 from memory.candidates import linkable_entities
 from memory.config import EngineConfig
-from memory.control import Controller, choice, fits, keyed, memory_state, noul
+from memory.control import Controller, ask_batch_within_limit, choice, fits, keyed, memory_state, noul
 from memory.entities import clean_entities, extract_entities
 from memory.errors import ControllerOutputError, InvalidObservationError
 from memory.store.base import Store
@@ -53,6 +54,37 @@ def node_id_for(seq: int, obs: Observation) -> str:
     return hashlib.blake2b(key.encode("utf-8"), digest_size=8).hexdigest()
 
 
+def check_text(name: str, value: str) -> None:
+    """Stored text must be UTF-8 encodable: JSON admits lone surrogates ("\\ud800"), SQLite and hashing do not."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InvalidObservationError(f"{name} is not valid Unicode text ({error.reason} at {error.start})", value) from error
+
+
+def check_storable(obs: Observation) -> None:
+    """Refuse what some store could not keep, before anything is computed or stored: text that is not valid
+    Unicode, metadata that is not JSON (every persistent store keeps it as JSON), and a timestamp whose
+    offset moves it outside the datetime range when it is compared in UTC."""
+    check_text("content", obs.content)
+    for name, value in (("speaker", obs.speaker), *(("source_ids", str(s)) for s in obs.source_ids),
+                        *(("entities", str(e)) for e in obs.entities or ())):
+        if value is not None:
+            check_text(name, value)
+    try:
+        metadata = json.dumps(obs.metadata, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError) as error:  # a value json cannot write, keys it cannot sort, a cycle
+        raise InvalidObservationError(f"metadata must be a JSON object: {error}", obs.metadata) from error
+    check_text("metadata", metadata)
+    for name in ("observed_at", "event_time"):
+        value = getattr(obs, name)
+        if value is not None and value.tzinfo is not None:
+            try:
+                value.astimezone(timezone.utc)
+            except OverflowError as error:
+                raise InvalidObservationError(f"{name} is out of range in UTC", value) from error
+
+
 def make_node(obs: Observation, *, seq: int, config: EngineConfig, known_names: Iterable[str] = ()) -> Node:
     """Phase 1: a validated node (not yet typed or stored)."""
     if not isinstance(obs, Observation):
@@ -65,6 +97,7 @@ def make_node(obs: Observation, *, seq: int, config: EngineConfig, known_names: 
             raise InvalidObservationError(f"{name} must be a datetime or None, got {type(value).__name__}", value)
     if obs.speaker is not None and not isinstance(obs.speaker, str):
         raise InvalidObservationError(f"speaker must be text or None, got {type(obs.speaker).__name__}", obs.speaker)
+    check_storable(obs)
     if obs.entities is None:
         entities = extract_entities(obs.content, speaker=obs.speaker, known_names=known_names, limit=config.max_entities)
     else:
@@ -130,8 +163,9 @@ def temporal_chain(store: Store, node: Node, config: EngineConfig) -> EdgePlan:
         plan.add.append(Edge(prev.id, node.id, "temporal_next", EdgeOrigin.DETERMINISTIC))
     if nxt is not None:
         plan.add.append(Edge(node.id, nxt.id, "temporal_next", EdgeOrigin.DETERMINISTIC))
-        if prev is not None:
-            plan.remove.append((prev.id, nxt.id, "temporal_next"))
+        if prev is not None and any(e.dst == nxt.id and e.origin == EdgeOrigin.DETERMINISTIC
+                                    for e in store.edges_from(prev.id, ["temporal_next"])):
+            plan.remove.append((prev.id, nxt.id, "temporal_next"))  # the derived link only: an authored one stays
     return plan
 
 
@@ -242,7 +276,10 @@ def edges_from_answers(node: Node, plan: PairPlan, answers: Any, config: EngineC
 
 
 def assess_pairs(controller: Controller, node: Node, candidates: Sequence[Node], config: EngineConfig) -> Assessment:
-    """Phase 5: one batched controller call for all candidate pairs; failures become statuses, not guesses."""
+    """Phase 5: one batched controller call for all candidate pairs; failures become statuses, not guesses.
+
+    A state over the model's input limit refuses the whole batch; the pairs are then asked one by one, so only
+    the pairs over the limit go unjudged (set aside like pairs over `max_memory_chars`)."""
     if not candidates:
         return Assessment((), LinkStatus.EMPTY_SHORTLIST, (), (), 0)
     plans, over = plan_pairs(node, candidates, config)
@@ -250,15 +287,16 @@ def assess_pairs(controller: Controller, node: Node, candidates: Sequence[Node],
         return Assessment((), LinkStatus.OVER_BUDGET, (), tuple(over), 0)
     mine = memory_state(node)
     requests = [({"memory_a": mine, "memory_b": memory_state(p.candidate)}, p.questions) for p in plans]
-    asked = sum(len(p.questions) for p in plans)
     try:
-        answers = controller.ask_batch(requests)
-        edges = [e for plan, ans in zip(plans, answers) for e in edges_from_answers(node, plan, ans, config)]
-    except InputTooLongError as error:
-        log.info("pair state of %s over the controller's input limit: %s", node.id, error)
-        return Assessment((), LinkStatus.OVER_BUDGET, (), tuple(c.id for c in candidates), 0, str(error))
+        answers = ask_batch_within_limit(controller, requests)
+        edges = [e for plan, ans in zip(plans, answers) if ans is not None for e in edges_from_answers(node, plan, ans, config)]
     except (BackendError, ControllerOutputError) as error:
         log.warning("pair judgments for %s pending: %s", node.id, error)
+        asked = sum(len(p.questions) for p in plans)
         return Assessment((), LinkStatus.RELATIONS_PENDING, (), tuple(over), asked, f"{type(error).__name__}: {error}")
-    judged = tuple(p.candidate.id for p in plans)
-    return Assessment(tuple(edges), LinkStatus.ASSESSED, judged, tuple(over), asked)
+    answered = [p for p, ans in zip(plans, answers) if ans is not None]
+    over = [*over, *(p.candidate.id for p, ans in zip(plans, answers) if ans is None)]
+    if not answered:
+        return Assessment((), LinkStatus.OVER_BUDGET, (), tuple(over), 0, "every pair state is over the controller's input limit")
+    judged = tuple(p.candidate.id for p in answered)
+    return Assessment(tuple(edges), LinkStatus.ASSESSED, judged, tuple(over), sum(len(p.questions) for p in answered))

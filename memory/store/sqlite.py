@@ -3,7 +3,8 @@
 SQLite is the source of truth; the FTS5 rows and the faiss index are derived and rebuilt from `nodes` when
 `check()` finds them out of step (on open, with a logged warning). One connection per store object, guarded by a
 re-entrant lock, so worker threads may share a store; a transaction holds the lock until it ends. One process
-writes a given database at a time (each process keeps its own faiss index).
+writes a given database at a time (each process keeps its own faiss index, and saves it on close only when no
+other process has changed a vector since the index was built).
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ class SQLiteStore:
         self._lock = threading.RLock()
         self._depth = 0
         self._closed = False
+        self._indexed_generation = -1  # the vector generation the faiss index reflects (set when it is built)
+        self._pending_bumps = 0  # generation bumps of the open transaction, counted on commit
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         try:
@@ -75,9 +78,9 @@ class SQLiteStore:
         return schema.vector_generation(self._conn)
 
     def _load_or_rebuild_vectors(self) -> None:
-        if self._persist_vectors and self._vectors.load(
-            self.vectors_path, generation=self._generation(), count=self.count_nodes()
-        ):
+        generation = self._generation()
+        if self._persist_vectors and self._vectors.load(self.vectors_path, generation=generation, count=self.count_nodes()):
+            self._indexed_generation = generation
             return
         if self._persist_vectors and self.vectors_path.exists():
             logger.warning("vector index %s is out of date; rebuilding it from %s", self.vectors_path, self.path)
@@ -118,6 +121,7 @@ class SQLiteStore:
             if vectors is not None:
                 vectors.begin()
             self._depth = 1
+            self._pending_bumps = 0
             try:
                 yield
                 self._conn.execute("COMMIT")
@@ -130,8 +134,15 @@ class SQLiteStore:
             else:
                 if vectors is not None:
                     vectors.commit()
+                self._indexed_generation += self._pending_bumps
             finally:
                 self._depth = 0
+                self._pending_bumps = 0
+
+    def _bump_generation(self) -> None:
+        """Record (inside the open transaction) that this write changed a vector."""
+        schema.bump_vector_generation(self._conn)
+        self._pending_bumps += 1
 
     def _seq_of(self, node_id: str) -> int | None:
         row = self._conn.execute("SELECT seq FROM nodes WHERE id = ?", (node_id,)).fetchone()
@@ -162,7 +173,7 @@ class SQLiteStore:
             self._index_text(node, node.seq)
             self._index_entities(node)
             self._vectors.add(node.seq, vec)
-            schema.bump_vector_generation(self._conn)
+            self._bump_generation()
 
     def get_node(self, node_id: str) -> Node | None:
         with self._lock:
@@ -200,7 +211,7 @@ class SQLiteStore:
             self._index_entities(node)
             if vec is not None:
                 self._vectors.add(seq, vec)
-                schema.bump_vector_generation(self._conn)
+                self._bump_generation()
 
     def delete_node(self, node_id: str) -> bool:
         with self.transaction():
@@ -210,7 +221,7 @@ class SQLiteStore:
             self._conn.execute("DELETE FROM nodes WHERE seq = ?", (seq,))  # edges and entities cascade
             self._conn.execute("DELETE FROM nodes_fts WHERE rowid = ?", (seq,))
             self._vectors.remove(seq)
-            schema.bump_vector_generation(self._conn)
+            self._bump_generation()
             return True
 
     def iter_nodes(self) -> Iterator[Node]:
@@ -357,22 +368,34 @@ class SQLiteStore:
     def rebuild_vectors(self) -> None:
         """Rebuild the faiss index from the embedding BLOBs in SQLite."""
         with self._lock:
+            # read before the rows: a write elsewhere in between leaves the index marked older than it is (safe)
+            generation = self._generation() - self._pending_bumps
             pages = maintenance.pages(self._conn, "SELECT seq, embedding FROM nodes")
             rows = [r for page in pages for r in page if len(r[1]) == 4 * self.dim]  # check() reports the others
             matrix = np.zeros((len(rows), self.dim), np.float32)
             for i, (_, blob) in enumerate(rows):
                 matrix[i] = schema.blob_vector(blob, self.dim)
             self._vectors.reset(np.array([r[0] for r in rows], dtype=np.int64), matrix)
+            self._indexed_generation = generation
 
     def close(self) -> None:
-        """Save the vector index (when persisted) and close the connection. Safe to call twice."""
+        """Save the vector index (when persisted) and close the connection. Safe to call twice.
+
+        The index is saved only when it reflects the database's current generation: after another process wrote,
+        this object's index is older, and the file that process saved (or a rebuild on the next open) is right.
+        """
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             try:
                 if self._persist_vectors and hasattr(self, "_vectors"):
-                    self._vectors.save(self.vectors_path, self._generation())
+                    generation = self._generation()
+                    if generation == self._indexed_generation:
+                        self._vectors.save(self.vectors_path, generation)
+                    else:
+                        logger.info("not saving %s: the store changed elsewhere since this index was built "
+                                    "(generation %d, index %d)", self.vectors_path, generation, self._indexed_generation)
             finally:
                 self._conn.close()
 

@@ -139,11 +139,16 @@ class VectorIndex:
         header_path = _header_path(path)
         if not path.exists() or not header_path.exists():
             return False
+        faiss = _faiss()
         try:
             header = json.loads(header_path.read_text(encoding="utf-8"))
+            if not isinstance(header, dict):
+                raise ValueError(f"its header is a JSON {type(header).__name__}, not an object")
             if (header.get("dim"), header.get("generation"), header.get("count")) != (self.dim, generation, count):
                 return False
-            index = _faiss().read_index(str(path))
+            index = faiss.read_index(str(path))
+            if not isinstance(index, faiss.IndexIDMap2):
+                raise ValueError(f"it holds a {type(index).__name__}, not an IndexIDMap2")
         except (OSError, ValueError, RuntimeError) as exc:
             logger.warning("ignoring unreadable vector index %s: %s", path, exc)
             return False

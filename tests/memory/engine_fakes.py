@@ -3,11 +3,13 @@
 `RuleBackend` recognises every Jev-Mem question by its catalogue instructions (`families.lookup`) and answers
 from word overlap between the texts in the state, so tests can predict which edges appear. `rules` overrides
 any (family, question) with a function of the state returning a probability (Noul) or an option -> probability
-dict (Choice). It records every request it saw and can be switched to fail like an unavailable server.
+dict (Choice). It records every request it saw and can be switched to fail like an unavailable server, or, with
+`max_state_chars`, refuse long states the way a local model refuses inputs over its sequence length.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -15,7 +17,7 @@ from typing import Any
 from controller.backend import BackendRequest, BackendResult, ModelInfo
 from controller.client import SystemOneClient
 from controller.embedding import HashingEmbedder
-from controller.errors import BackendUnavailableError
+from controller.errors import BackendUnavailableError, InputTooLongError
 from controller.families import lookup
 from controller.lexical import tokenize
 from controller.questions import ChoiceQuestion, NoulQuestion
@@ -73,6 +75,7 @@ class RuleBackend:
     def __init__(self, rules: dict[tuple[str, str], Rule] | None = None) -> None:
         self.rules = dict(rules or {})
         self.fail = False
+        self.max_state_chars: int | None = None  # longer states (JSON text) raise InputTooLongError
         self.requests: list[BackendRequest] = []
         self.calls = 0
 
@@ -83,6 +86,10 @@ class RuleBackend:
     def answer(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
         if self.fail:
             raise BackendUnavailableError("the fake controller is switched off")
+        for request in requests:
+            size = len(json.dumps(request.state, ensure_ascii=False))
+            if self.max_state_chars is not None and size > self.max_state_chars:
+                raise InputTooLongError(f"state of {size} chars", tokens=size, limit=self.max_state_chars, loc=("state",))
         self.calls += 1
         self.requests.extend(requests)
         return [self._one(r) for r in requests]

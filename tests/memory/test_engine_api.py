@@ -95,3 +95,17 @@ def test_writes_validate_before_touching_the_store() -> None:
         with pytest.raises(InvalidObservationError):
             engine.write(Observation(""))
         assert engine.stats().nodes == 0 and engine.stats().writes == 0
+
+
+def test_a_reopened_store_extracts_entities_as_one_long_session_would(tmp_path: Path) -> None:
+    """A sentence-initial name counts when it is a known speaker; the speakers already stored are known."""
+    emb = HashingEmbedder(32)
+    texts = [obs("Caroline: I went hiking.", 0), obs("Melanie: Caroline told me about the hike.", 1)]
+    with Engine.open(None, controller=RuleBackend(), embedder=emb, system_two=None) as engine:
+        one_session = [engine.get(engine.write(o).node_id).node.entities for o in texts]
+    path = tmp_path / "mem.db"
+    with Engine.open(path, controller=RuleBackend(), embedder=emb, system_two=None) as engine:
+        first = engine.get(engine.write(texts[0]).node_id).node.entities
+    with Engine.open(path, controller=RuleBackend(), embedder=emb, system_two=None) as engine:  # a restart
+        second = engine.get(engine.write(texts[1]).node_id).node.entities
+    assert one_session == [first, second] and "caroline" in second

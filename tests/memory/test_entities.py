@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from memory.entities import clean_entities, extract_entities, normalise_entity
 
 
@@ -44,3 +46,15 @@ def test_extraction_is_deterministic_and_limited() -> None:
 def test_caller_given_entities_are_cleaned_not_extracted() -> None:
     assert clean_entities(["Mira", " bicycle ", "mira"]) == ("mira", "bicycle")
     assert clean_entities([]) == ()
+
+
+def test_keeping_the_first_ids_stops_reading_once_it_has_them() -> None:
+    # One write of a few hundred kB (the server accepts 4 MiB bodies) must not hold the engine for minutes:
+    # keeping the first `limit` distinct ids used to compare every mention with every id kept so far, all of them.
+    def names() -> Iterator[str]:
+        yield from (f"Name{i:05d}x" for i in range(13))
+        raise AssertionError("read past the limit")
+
+    assert clean_entities(names(), limit=12) == tuple(f"name{i:05d}x" for i in range(12))
+    many = [f"Name{i:05d}x" for i in range(30000)]
+    assert extract_entities("so " + ", ".join(many), limit=12) == tuple(n.lower() for n in many[:12])

@@ -169,3 +169,71 @@ def test_errors_name_the_offending_value() -> None:
     with pytest.raises(NodeNotFoundError):
         engine.relink(["nope"])
     assert engine.get(a).node.content == "Mira: one"
+
+
+def test_an_edit_to_text_no_store_can_keep_is_refused_and_changes_nothing() -> None:
+    engine = make_engine(RuleBackend(LINKING))
+    a, b, _ = three(engine)
+    before = engine.get(a)
+    with pytest.raises(InvalidObservationError):
+        engine.edit(a, "Mira: broken \ud800 text")
+    assert engine.get(a) == before and engine.store.check() == []
+
+
+def test_relink_records_a_node_over_the_input_limit_and_goes_on_with_the_others() -> None:
+    backend = RuleBackend(LINKING)
+    engine = make_engine(backend)
+    engine.write(obs("Mira: data science work", 0))
+    backend.fail = True  # both writes leave typing and pairs owed
+    long_id = engine.write(obs("Mira: data science " + "東京" * 150, 1)).node_id
+    short_id = engine.write(obs("Mira: data science projects", 2)).node_id
+    backend.fail = False
+    backend.max_state_chars = 200  # the long node's typing state is over the model's input limit
+    report = engine.relink()
+    assert report.statuses == {long_id: LinkStatus.OVER_BUDGET, short_id: LinkStatus.ASSESSED}
+    assert engine.store.get_node(long_id).link_status == LinkStatus.OVER_BUDGET  # type: ignore[union-attr]
+    assert engine.store.get_node(short_id).types  # type: ignore[union-attr]
+    assert report.pending == () and engine.store.nodes_with_status(LinkStatus.RELATIONS_PENDING) == []
+
+
+def test_a_write_between_two_nodes_in_time_keeps_an_authored_temporal_link() -> None:
+    engine = make_engine(consolidation_every=0)
+    a = engine.write(obs("Mira: packed the tent", 0)).node_id
+    c = engine.write(obs("Mira: reached the lake", 20)).node_id
+    engine.link(a, c, "temporal_next", attrs={"by": "user"})
+    b = engine.write(obs("Mira: drove north", 10)).node_id  # lands between them: the derived chain is re-joined
+    out = {(e.dst, e.origin) for e in engine.store.edges_from(a, ["temporal_next"])}
+    assert out == {(c, EdgeOrigin.EXPLICIT), (b, EdgeOrigin.DETERMINISTIC)}
+    assert [(e.dst, e.origin) for e in engine.store.edges_from(b, ["temporal_next"])] == [(c, EdgeOrigin.DETERMINISTIC)]
+
+
+def test_a_write_between_two_nodes_in_time_replaces_the_derived_link() -> None:
+    engine = make_engine(consolidation_every=0)
+    a = engine.write(obs("Mira: packed the tent", 0)).node_id
+    c = engine.write(obs("Mira: reached the lake", 20)).node_id
+    b = engine.write(obs("Mira: drove north", 10)).node_id
+    assert [e.dst for e in engine.store.edges_from(a, ["temporal_next"])] == [b]
+    assert [e.dst for e in engine.store.edges_from(b, ["temporal_next"])] == [c]
+
+
+def test_deleting_a_node_never_overwrites_an_authored_link_around_it() -> None:
+    engine = make_engine(consolidation_every=0)
+    a, b, c = (engine.write(obs(t, m)).node_id for t, m in (("Mira: packed", 0), ("Mira: drove", 10), ("Mira: arrived", 20)))
+    engine.link(a, c, "temporal_next", attrs={"by": "user"})
+    engine.delete(b)  # re-joins the derived chain a -> c, where an authored a -> c already is
+    (edge,) = engine.store.edges_from(a, ["temporal_next"])
+    assert (edge.dst, edge.origin, edge.attrs) == (c, EdgeOrigin.EXPLICIT, {"by": "user"})
+
+
+def test_replacing_authored_links_clears_the_supersession_they_carried_like_unlink() -> None:
+    from tests.memory.test_write_consolidation import represent, write_all
+
+    engine = make_engine(RuleBackend(represent("supersede")), consolidation_every=3)
+    write_all(engine)
+    newer, older = next((e.src, e.dst) for n in engine.store.iter_nodes() for e in engine.store.edges_from(n.id, ["supersedes"]))
+    engine.link(newer, older, "supersedes")  # the user confirms the model's supersession as an authored link
+    engine.set_links(newer, [])  # ... then withdraws every authored link of that node
+    assert [e for e in engine.store.edges_from(newer, ["supersedes"]) if e.dst == older] == []
+    assert engine.store.get_node(older).superseded_by is None  # type: ignore[union-attr]
+    engine.delete(newer)
+    assert all(n.superseded_by is None or engine.store.get_node(n.superseded_by) for n in engine.store.iter_nodes())

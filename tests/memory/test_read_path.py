@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -434,3 +435,39 @@ def test_the_centre_can_include_traversal_finds_the_ranking_leaves_out() -> None
     before = {e.node_id: e.score for e in default}
     rises = {e.node_id: e.score - before[e.node_id] for e in pooled}
     assert rises[seed] > 0.02 and max(rises.values()) - min(rises.values()) < 1e-9  # one lower centre lifts all alike
+
+
+def test_a_candidate_over_the_input_limit_stays_unjudged_and_the_others_are_judged() -> None:
+    # One state the model cannot take (a long CJK memory) used to refuse the whole judging batch, so the query
+    # fell back to the hybrid ranking and reported the controller unavailable.
+    backend = RuleBackend()
+    engine = make_engine(backend)
+    for i, text in enumerate(FILLER[:4]):
+        engine.write(obs(text, i, source=f"D1:{i}"))
+    engine.write(obs("Caroline: painting " + "绘画" * 200, 4, source="D1:4"))
+    backend.max_state_chars = 420  # the relevance states of the short memories fit, the long one's does not
+    result = engine.query("painting and music", k=5)
+    assert result.stopped_reason != "controller_unavailable"
+    assert not any(s.phase == "error" for s in result.trace)
+    judged = [r for r in backend.requests if "query" in r.state and "memory" in r.state]
+    assert judged and all("绘画" not in str(r.state["memory"]) for r in judged)
+    assert {e.source_ids for e in result.evidence} >= {("D1:0",), ("D1:1",), ("D1:2",), ("D1:3",)}
+    # the stopping request, whose five evidence items are over the limit too, was asked with fewer
+    stops = [r for r in backend.requests if "evidence" in r.state]
+    assert stops and all(0 < len(r.state["evidence"]) < 5 for r in stops)
+    assert any(s.phase == "stop" and s.detail["signals"] is not None for s in result.trace)
+
+
+def test_a_stopping_state_over_the_limit_even_with_one_item_lets_the_round_go_on() -> None:
+    backend = RuleBackend(rules={("stopping", "evidence_sufficient"): lambda s: 0.99})
+    engine = make_engine(backend)
+    for i, text in enumerate(FILLER[:6]):
+        engine.write(obs(text, i, source=f"D1:{i}"))
+    engine.query("painting", k=5)
+    sizes = {len(json.dumps(r.state, ensure_ascii=False)) for r in backend.requests if "memory" in r.state}
+    backend.max_state_chars = max(sizes)  # every relevance state fits, no stopping state does, even with one item
+    backend.requests.clear()
+    result = engine.query("painting", k=5)
+    assert result.stopped_reason != "sufficient" and result.stopped_reason != "controller_unavailable"
+    assert not [r for r in backend.requests if "evidence" in r.state]
+    assert any(s.phase == "stop" and s.detail["signals"] is None for s in result.trace)

@@ -204,3 +204,56 @@ def test_kill_9_loses_at_most_the_write_in_flight(tmp_path: Path) -> None:
         assert store.vector_search(store.embedding(last), 1)[0][0] == last  # type: ignore[arg-type]
         assert store.text_search(f"item {last[1:]}", 1)
         assert store.count_edges() == {"semantic": len(present), "temporal_next": len(present)}
+
+
+def test_a_reader_closing_after_the_writer_never_saves_an_older_vector_index(tmp_path: Path) -> None:
+    """A second store object on the file (a `jevmem query` next to the server) keeps the vectors it loaded; on
+    close it must not stamp them with the database's newer generation, or the next open trusts stale vectors."""
+    path = tmp_path / "m.db"
+    with SQLiteStore(path, dim=DIM) as store:
+        _fill(store)
+    reader = SQLiteStore(path, dim=DIM)
+    with SQLiteStore(path, dim=DIM) as writer:  # re-embeds a node: same ids, same count, a newer generation
+        writer.update_node(writer.get_node("n0"), unit(7))  # type: ignore[arg-type]
+    reader.close()
+    with SQLiteStore(path, dim=DIM) as store:
+        (best, score), *_ = store.vector_search(unit(7), 1)
+        assert best == "n0" and score == pytest.approx(1.0)
+
+
+def test_the_writer_still_saves_its_index_for_the_next_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "m.db"
+    with SQLiteStore(path, dim=DIM) as store:
+        _fill(store)
+        store.update_node(store.get_node("n1"), unit(6))  # type: ignore[arg-type]
+        store.delete_node("n5")
+        with pytest.raises(RuntimeError), store.transaction():  # a rolled-back write leaves the generation alone
+            store.update_node(store.get_node("n2"), unit(7))  # type: ignore[arg-type]
+            raise RuntimeError("abort")
+    assert (tmp_path / "m.db.faiss").exists()
+
+    def no_rebuild(self: SQLiteStore) -> None:
+        raise AssertionError("the saved index should have been loaded")
+
+    monkeypatch.setattr(SQLiteStore, "rebuild_vectors", no_rebuild)
+    with SQLiteStore(path, dim=DIM) as store:
+        assert store.vector_search(unit(6), 1)[0][0] == "n1" and store.check() == []
+
+
+@pytest.mark.parametrize("damage", ["null", "[1, 2]", '"header"', "flat index"])
+def test_a_vector_file_of_the_wrong_shape_is_rebuilt_not_fatal(tmp_path: Path, damage: str) -> None:
+    import faiss
+    import numpy as np
+
+    path = tmp_path / "m.db"
+    with SQLiteStore(path, dim=DIM) as store:
+        _fill(store)
+    if damage == "flat index":  # a readable index of another kind under a header that matches the database
+        flat = faiss.IndexFlatIP(DIM)
+        flat.add(np.ones((6, DIM), dtype=np.float32))
+        faiss.write_index(flat, str(tmp_path / "m.db.faiss"))
+    else:  # valid JSON that is not a header object
+        (tmp_path / "m.db.faiss.json").write_text(damage, encoding="utf-8")
+    with SQLiteStore(path, dim=DIM) as store:
+        assert store.check() == []
+        assert store.vector_search(unit(3), 1)[0][0] == "n3"

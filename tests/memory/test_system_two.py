@@ -98,3 +98,23 @@ def test_from_settings_reads_the_environment() -> None:
     assert s2 is not None and (s2.base_url, s2.model, s2.api_key) == ("http://x", "m", "k")
     with pytest.raises(SystemTwoError):
         SystemTwo("", "m")
+
+
+def test_a_reply_that_is_not_valid_unicode_is_an_error_and_a_merge_falls_back_to_extractive() -> None:
+    # a lone surrogate escape: valid JSON on the wire, not text any store (or UTF-8 response) can hold
+    body = b'{"choices": [{"message": {"role": "assistant", "content": "Mira\'s tomatoes \\ud83d ripened."}}]}'
+    broken = httpx2.MockTransport(lambda request: httpx2.Response(200, content=body))
+    with pytest.raises(SystemTwoError):
+        SystemTwo("http://llm.local", "m", transport=broken).chat("s", "u")
+    from tests.memory.engine_fakes import RuleBackend
+
+    backend = RuleBackend({("consolidation", "representation"): lambda s: {"merge_summary": 0.9},
+                           ("pair", "semantic"): lambda s: 0.9})
+    engine = make_engine(backend, consolidation_every=2, consolidation_max_pairs=1)
+    engine.system_two = SystemTwo("http://llm.local", "m", transport=broken)
+    engine.write(obs("Mira: the garden tomatoes are red", 0))
+    result = engine.write(obs("Mira: the garden tomatoes are ripe now", 1))  # consolidation runs after it
+    (summary_id,) = engine.last_consolidation.summaries  # type: ignore[union-attr]
+    summary = engine.store.get_node(summary_id)
+    assert summary is not None and summary.metadata["summary_source"] == "extractive"
+    assert engine.store.get_node(result.node_id) is not None and engine.store.check() == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -194,3 +195,56 @@ def test_write_many_returns_one_result_per_observation() -> None:
     engine = make_engine()
     results = engine.write_many([obs("Mira: one", 0), obs("Mira: two", 1), obs("Mira: three", 2)])
     assert [r.node_id for r in results] == [n.id for n in engine.store.iter_nodes()]
+
+
+def test_an_observation_over_the_controllers_input_limit_is_stored_over_budget() -> None:
+    backend = RuleBackend()
+    engine = make_engine(backend)
+    engine.write(obs("Mira: a short note about Tokyo", 0))
+    backend.max_state_chars = 200  # like a local model whose sequence length 300 CJK characters exceed
+    result = engine.write(obs("Mira: " + "東京" * 150, 1))  # within max_memory_chars
+    node = engine.store.get_node(result.node_id)
+    assert node is not None and node.types == {} and node.link_status == LinkStatus.OVER_BUDGET
+    assert result.link_status == LinkStatus.OVER_BUDGET and result.edges_written == 0
+    assert edges_of(engine, "temporal_next")  # deterministic edges need no controller
+    assert engine.store.count_nodes() == 2 and engine.store.check() == []
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        Observation("text with a lone \ud800 surrogate"),  # legal in JSON ("\ud800"), not encodable as UTF-8
+        Observation("fine text", speaker="Mi\udcffra"),
+        Observation("fine text", source_ids=("D1:\ud83d",)),
+        Observation("fine text", entities=("\ud800",)),
+        Observation("fine text", metadata={"note": "\udfff"}),
+        Observation("fine text", metadata={"when": T0}),  # not JSON: a persistent store could not keep it
+        Observation("fine text", observed_at=datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5)))),
+        Observation("fine text", event_time=datetime.max.replace(tzinfo=timezone(timedelta(hours=-5)))),
+    ],
+)
+def test_observations_no_store_can_keep_are_refused_as_invalid(bad: Observation) -> None:
+    engine = make_engine()
+    with pytest.raises(InvalidObservationError):
+        engine.write(bad)
+    assert engine.store.count_nodes() == 0
+
+
+def test_odd_but_valid_timestamps_are_kept() -> None:
+    engine = make_engine()
+    times = [datetime(2024, 1, 1, tzinfo=timezone(timedelta(hours=14))), datetime(1, 1, 1), datetime(9999, 12, 31, 23, 59),
+             datetime(2020, 2, 29, tzinfo=timezone(timedelta(hours=-12))), datetime(1, 1, 2, tzinfo=timezone.utc)]
+    ids = [engine.write(Observation(f"Mira: note {i}", observed_at=t, speaker="Mira")).node_id for i, t in enumerate(times)]
+    assert [engine.store.get_node(i).observed_at for i in ids] == times  # type: ignore[union-attr]
+
+
+def test_one_candidate_over_the_input_limit_does_not_cost_the_other_pairs() -> None:
+    backend = RuleBackend({("pair", "semantic"): lambda s: 0.9})
+    engine = make_engine(backend)
+    backend.max_state_chars = 200
+    first = engine.write(obs("Mira: data science work", 0)).node_id
+    long_id = engine.write(obs("Mira: data science " + "東京" * 150, 1)).node_id
+    result = engine.write(obs("Mira: data science projects", 2))
+    assert result.candidates == 2 and result.link_status == LinkStatus.ASSESSED
+    assert [(e.src, e.dst) for e in edges_of(engine, "semantic")] == [(result.node_id, first)]
+    assert engine.last_candidates is not None and long_id in engine.last_candidates.ids

@@ -1,0 +1,24 @@
+"""Input files -> observations (memory/ingest.py): JSONL validation and its error messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memory.errors import InvalidObservationError
+from memory.ingest import read_jsonl
+
+
+def test_a_utf8_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "notes.jsonl"  # what Notepad and PowerShell 5 write as "UTF-8"
+    path.write_bytes("\ufeff".encode() + '{"text": "Café at 8", "speaker": "Mira"}\n{"content": "later"}\n'.encode())
+    got = list(read_jsonl(path))
+    assert [o.content for o in got] == ["Mira: Café at 8", "later"]
+
+
+def test_bytes_that_are_not_utf8_are_refused_naming_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "notes.jsonl"
+    path.write_bytes(b'{"text": "fine"}\n{"text": "caf\xe9 in latin-1"}\n')
+    with pytest.raises(InvalidObservationError, match=r"notes\.jsonl:2: not UTF-8"):
+        list(read_jsonl(path))
