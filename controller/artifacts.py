@@ -198,15 +198,24 @@ def load_artifact(model_dir: str | Path, *, base_path: str | Path | None = None)
         config = json.loads((root / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise ArtifactError(f"cannot read {root / 'config.json'}: {error}") from error
+    if not isinstance(config, dict):
+        raise ArtifactError(f"{root / 'config.json'} is not a JSON object")
     if config.get("format") != FORMAT:
         raise ArtifactError(f"{root} has format {config.get('format')!r}, expected {FORMAT!r}")
-    if config.get("template", {}).get("template_version") != TEMPLATE_VERSION:
-        raise ArtifactError(f"{root} was trained with template {config.get('template')!r}; this code renders {TEMPLATE_VERSION!r}")
+    template = config.get("template")
+    if not isinstance(template, dict) or template.get("template_version") != TEMPLATE_VERSION:
+        raise ArtifactError(f"{root} was trained with template {template!r}; this code renders {TEMPLATE_VERSION!r}")
     if config.get("head_layout") != _head_layout():
         raise ArtifactError(f"{root} has head layout {config.get('head_layout')!r}, expected {_head_layout()!r}")
+    encoder = config.get("encoder")
+    named = all(isinstance(config.get(key), str) for key in ("name", "version"))
+    if not named or not isinstance(encoder, dict) or not isinstance(encoder.get("path"), str):
+        raise ArtifactError(f"{root / 'config.json'} lacks a string name and version or an encoder object with a path")
+    missing = [name for name in _weight_files(encoder) if not (root / name).is_file()]
+    if missing:
+        raise ArtifactError(f"{root} lacks {', '.join(missing)}: the model directory is incomplete")
     digest = artifact_hash(root)
     base = Path(base_path) if base_path is not None else _default_base()
-    encoder = config.get("encoder", {})
     try:
         if encoder.get("kind") == "lora":
             expected = config.get("base_model", {}).get("sha256")
@@ -224,7 +233,11 @@ def load_artifact(model_dir: str | Path, *, base_path: str | Path | None = None)
     except Exception as error:  # safetensors, peft and torch raise their own types for corrupt files
         raise ArtifactError(f"cannot load the model in {root}: {error}") from error
     cal_path = root / "calibration.json"
-    calibration = load_calibration(cal_path, digest) if cal_path.exists() else identity(digest)
+    if cal_path.exists():
+        calibration = load_calibration(cal_path, digest)
+    else:
+        log.warning("%s has no calibration.json: its probabilities are served uncalibrated", root)
+        calibration = identity(digest)
     name = f"{config['name']}-{config['version']}"
     info = ModelInfo(name=name, description=str(config.get("description", "")), release_date=str(config.get("release_date", "")))
     return LoadedModel(model.eval(), digest, calibration, info, base, config, trained=True, states=read_states(root))
@@ -245,6 +258,13 @@ def load_untrained(base_path: str | Path | None = None, *, seed: int = 0) -> Loa
         release_date="1970-01-01",
     )
     return LoadedModel(model, digest, identity(digest), info, base, {"name": info.name, "template": template_config()}, trained=False)
+
+
+def _weight_files(encoder: dict[str, Any]) -> list[str]:
+    """The files `load_artifact` reads besides config.json, relative to the model directory."""
+    path = encoder["path"]
+    weights = [f"{path}/adapter_config.json", f"{path}/adapter_model.safetensors"] if encoder.get("kind") == "lora" else [path]
+    return [*weights, "heads.safetensors"]
 
 
 @contextmanager

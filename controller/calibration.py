@@ -154,10 +154,17 @@ def load_calibration(path: str | Path, model_hash: str) -> Calibration:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise ArtifactError(f"cannot read calibration file {path}: {error}") from error
-    calibration = Calibration.from_json(data)
+    if not isinstance(data, dict):
+        raise ArtifactError(f"cannot read calibration file {path}: not a JSON object")
+    try:
+        calibration = Calibration.from_json(data)
+    except (ArtifactError, AttributeError, TypeError, ValueError) as error:
+        raise ArtifactError(f"cannot read calibration file {path}: {error}") from error
     if calibration.model_hash != model_hash:
         raise CalibrationMismatchError(
-            f"{path} was fitted on model {calibration.model_hash!r}, but the loaded model is {model_hash!r}; refit it"
+            f"{path} was fitted on model {calibration.model_hash!r}, but the model directory now hashes to {model_hash!r}: "
+            "its weights or config.json changed since the calibration was written (restore them), or the calibration "
+            "belongs to another model (refit it)"
         )
     return calibration
 

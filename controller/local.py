@@ -32,6 +32,7 @@ from controller.states import StateConventions
 from controller.template import (
     DEFAULT_MAX_REQUEST_TOKENS,
     DEFAULT_MAX_SEQUENCE_TOKENS,
+    MAX_POSITIONS,
     OVERFLOW_POLICIES,
     Overflow,
     get_tokenizer,
@@ -76,7 +77,9 @@ class LocalBackend:
         self._tokenizer = get_tokenizer(loaded.tokenizer_dir)
         if overflow not in OVERFLOW_POLICIES:
             raise ValueError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}, not {overflow!r}")
-        self._limits: dict[str, Any] = {"max_request_tokens": max_request_tokens, "overflow": overflow}
+        # A base encoder with fewer position embeddings than the template allows bounds every branch itself.
+        positions = min(MAX_POSITIONS, int(getattr(loaded.model.config, "max_position_embeddings", MAX_POSITIONS)))
+        self._limits: dict[str, Any] = {"max_positions": positions, "max_request_tokens": max_request_tokens, "overflow": overflow}
         self._batching = {"max_sequence_tokens": max_sequence_tokens, "max_batch_tokens": max_batch_tokens, "max_padding": max_padding}
         self._lock = lock or threading.Lock()  # shared with the specialists: one inference at a time in all
         self.graph: Any = None
@@ -205,7 +208,7 @@ class LocalBackend:
         return run
 
     def _onnx_runner(self, threads: int | None, device: str | None, quantize: bool, method: str, spinning: bool) -> Any:
-        from controller.errors import ParityError
+        from controller.errors import ArtifactError, ParityError
         from controller.onnx_runtime import create_session, ensure_graph, flush_denormals
 
         loaded = self._loaded
@@ -217,7 +220,12 @@ class LocalBackend:
             except ParityError as error:
                 log.warning("int8 quantisation refused, serving fp32 instead: %s", error)
         self.graph = graph
-        session = create_session(graph.path, threads=threads or 2, device=device, spinning=spinning)
+        try:
+            session = create_session(graph.path, threads=threads or 2, device=device, spinning=spinning)
+        except BackendUnavailableError:
+            raise
+        except Exception as error:  # onnxruntime's own types: a graph this onnxruntime cannot read
+            raise ArtifactError(f"cannot load the controller graph {graph.path}; delete it to rebuild") from error
         lock = self._lock
 
         def run(batch: PackedBatch) -> np.ndarray:

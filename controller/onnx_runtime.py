@@ -1,8 +1,10 @@
 """Build-once ONNX graphs (cached by artifact hash outside the repo) and onnxruntime sessions.
 
 Cache: `$JEVMEM_CACHE` (default `~/.cache/jevmem`) / `onnx/<hash>-<method>-g<GRAPH_VERSION>-<precision>.onnx`
-plus a `.json` sidecar with its parity result; a graph is only cached after it passed parity. Writes go to a
-temporary file renamed into place, so concurrent builders never leave a half-written graph.
+plus a `.json` sidecar with its parity result, the full model hash and the graph file's sha256; a graph is only
+cached after it passed parity. Writes (graph and sidecar) go to a temporary file renamed into place, so
+concurrent builders never leave a half-written file; an entry whose sidecar is unreadable or names another
+model, or whose graph no longer has the recorded sha256 (truncated, edited, swapped), is rebuilt.
 
 int8 (`quantize_dynamic`, weights int8 per channel, activations quantized per tensor at run time) is only
 used after two checks on fixed requests: logits within `int8_atol` of the fp32 graph, and answers independent
@@ -14,6 +16,7 @@ measured 6e-3 on the logits, and the extra quantise ops ate the speed-up.)
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -98,8 +101,9 @@ def ensure_graph(
     path = graph_path(model_hash, method, precision, cache)
     sidecar = path.with_suffix(".json")
     with _BUILD_LOCK:
-        if path.exists() and sidecar.exists():
-            return GraphInfo(**{**json.loads(sidecar.read_text(encoding="utf-8")), "path": str(path)})
+        cached = _cached_info(path, sidecar, model_hash)
+        if cached is not None:
+            return cached
         path.parent.mkdir(parents=True, exist_ok=True)
         inputs = parity_batches(tokenizer)
         if precision == "fp32":
@@ -113,8 +117,44 @@ def ensure_graph(
         else:
             fp32 = ensure_graph(model, model_hash, tokenizer, method=method, precision="fp32", cache=cache, atol=atol)
             info = _build_int8(tokenizer, path, Path(fp32.path), method, int8_atol, invariance_atol)
-        sidecar.write_text(json.dumps(asdict(info)) + "\n", encoding="utf-8")
+        record = {**asdict(info), "model_hash": model_hash, "sha256": _file_sha256(path)}
+        tmp = _tmp_path(sidecar)
+        try:
+            tmp.write_text(json.dumps(record) + "\n", encoding="utf-8")
+            os.replace(tmp, sidecar)
+        finally:
+            tmp.unlink(missing_ok=True)
         return info
+
+
+def _cached_info(path: Path, sidecar: Path, model_hash: str) -> GraphInfo | None:
+    """The cached entry's `GraphInfo`, or None when it is missing or cannot be trusted (then it is rebuilt)."""
+    if not (path.exists() and sidecar.exists()):
+        return None
+    try:
+        record = json.loads(sidecar.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        log.warning("rebuilding the cached graph %s: its sidecar is unreadable (%s)", path, error)
+        return None
+    required = ("method", "precision", "max_abs_diff", "model_hash", "sha256")
+    if not isinstance(record, dict) or not all(key in record for key in required):
+        log.warning("rebuilding the cached graph %s: its sidecar lacks the model hash or the graph's sha256", path)
+        return None
+    if record["model_hash"] != model_hash:
+        log.warning("rebuilding the cached graph %s: it was built for model %s", path, str(record["model_hash"])[:12])
+        return None
+    if record["sha256"] != _file_sha256(path):
+        log.warning("rebuilding the cached graph %s: the file changed since it passed parity", path)
+        return None
+    return GraphInfo(str(path), record["method"], record["precision"], record["max_abs_diff"], record.get("invariance_diff"))
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _build_int8(tokenizer: TemplateTokenizer, path: Path, fp32_path: Path, method: str, int8_atol: float, invariance_atol: float) -> GraphInfo:

@@ -253,6 +253,7 @@ def _plain(value: object, loc: tuple[str | int, ...]) -> JSON:
     if isinstance(value, (list, tuple)):
         return [_plain(v, (*loc, i)) for i, v in enumerate(value)]
     raise UnsupportedQuestionError(
-        f"{type(value).__name__} content is not supported: this is a text model (images and other assets are refused)",
+        f"{type(value).__name__} is not a JSON value (text, number, true / false, null, object or array); "
+        "this is a text model (images and other assets are refused)",
         loc=loc,
     )

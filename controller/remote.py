@@ -9,8 +9,8 @@ process) and the answers are turned back into probabilities: Noul p, Choice prob
 Score probabilities by level.
 
 Errors (SDK -> controller):
-- no connection, timeout, 5xx, 408, 429, 401, 403, 404 -> `BackendUnavailableError` (the server, its address
-  or the credentials are the problem; no rewording of the request will help)
+- no connection, timeout, 5xx, 408, 429, 401, 403, 404, a redirect (3xx, not followed) -> `BackendUnavailableError`
+  (the server, its address or the credentials are the problem; no rewording of the request will help)
 - any other 4xx (400, 413, 422, ...) -> `InvalidRequestError` carrying the server's message and status
 - a 2xx body that does not match the protocol, or answers that do not fit the questions -> `BackendError`
 """
@@ -135,7 +135,7 @@ def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
         raise BackendError(f"remote server sent an invalid response: {error}") from error
     except TypeSafeAPIError as error:
         message = _server_message(error)
-        if error.status >= 500 or error.status in _UNAVAILABLE_STATUSES:
+        if error.status >= 500 or error.status < 400 or error.status in _UNAVAILABLE_STATUSES:
             raise BackendUnavailableError(f"remote server answered {error.status}: {message}") from error
         raise RemoteInvalidRequestError(message, status=error.status) from error
 

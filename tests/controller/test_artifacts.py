@@ -165,3 +165,55 @@ def test_adapter_config_is_canonical_so_equal_weights_hash_equal(tmp_path) -> No
         texts.append(path.read_text())
     assert texts[0] == texts[1] and json.loads(texts[0])["target_modules"] == ["key", "query", "value"]
 
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("config.json", "[1]", "config.json"),  # valid JSON, not an object
+        ("config.json", {"template": "packed-1"}, "template"),  # fields of the wrong shape
+        ("config.json", {"encoder": "lora"}, "config.json"),
+        ("calibration.json", "[]", "calibration.json"),
+        ("calibration.json", '{"format": "jevmem-calibration/1", "temperatures": {"noul": "warm"}}', "calibration.json"),
+        ("calibration.json", '{"format": "jevmem-calibration/1", "temperatures": ["noul"]}', "calibration.json"),
+    ],
+)
+def test_malformed_json_files_are_artifact_errors(tiny_artifact, tmp_path, name, text, message) -> None:  # type: ignore[no-untyped-def]
+    copy = tmp_path / "m"
+    shutil.copytree(tiny_artifact, copy)
+    if isinstance(text, dict):
+        text = json.dumps({**json.loads((copy / name).read_text()), **text})
+    (copy / name).write_text(text)
+    with pytest.raises(ArtifactError, match=message):
+        load_artifact(copy)
+
+
+@pytest.mark.parametrize("missing", ["adapter/adapter_model.safetensors", "adapter/adapter_config.json", "heads.safetensors"])
+def test_a_missing_file_is_named(tiny_base_dir, tmp_path, missing) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "lora"
+    save_artifact(add_lora(PackedCrossEncoder.from_base(tiny_base_dir)), out, base_path=tiny_base_dir)
+    (out / missing).unlink()
+    with pytest.raises(ArtifactError, match=f"lacks {missing}"):
+        load_artifact(out, base_path=tiny_base_dir)
+
+
+def test_edited_weights_say_so_rather_than_only_refit(tiny_artifact, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    copy = tmp_path / "m"
+    shutil.copytree(tiny_artifact, copy)
+    data = bytearray((copy / "encoder.safetensors").read_bytes())
+    data[-1] ^= 1  # one flipped bit in the weights: the hash the calibration pins no longer matches
+    (copy / "encoder.safetensors").write_bytes(bytes(data))
+    with pytest.raises(CalibrationMismatchError, match="changed since") as info:
+        load_artifact(copy)
+    assert artifact_hash(copy) in str(info.value)
+
+
+def test_a_missing_calibration_is_loud(tiny_artifact, tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
+    import logging
+
+    copy = tmp_path / "m"
+    shutil.copytree(tiny_artifact, copy)
+    (copy / "calibration.json").unlink()
+    with caplog.at_level(logging.WARNING, logger="controller.artifacts"):
+        loaded = load_artifact(copy)
+    assert loaded.calibration.temperatures == {} and "calibration.json" in caplog.text

@@ -190,3 +190,27 @@ def test_served_nouls_take_the_prior_shift_of_their_catalogue_key(tiny_artifact,
     finally:
         plain.close()
         shifted.close()
+
+
+@pytest.mark.parametrize("runtime", ["torch", "onnx"])
+def test_a_model_with_fewer_positions_refuses_or_truncates_by_its_own_limit(tiny_config, tmp_path, runtime) -> None:  # type: ignore[no-untyped-def]
+    import copy
+
+    from controller.artifacts import save_artifact
+    from controller.torch_model import PackedCrossEncoder
+
+    config = copy.deepcopy(tiny_config)
+    config.max_position_embeddings = 128  # a base encoder with fewer positions than the template's 512
+    save_artifact(PackedCrossEncoder.from_config(config, seed=0), tmp_path / "m")
+    questions = tuple(normalize_questions(family_questions("typing")).values())
+    b = LocalBackend.load(tmp_path / "m", runtime=runtime, threads=1)
+    cut = LocalBackend.load(tmp_path / "m", runtime=runtime, threads=1, overflow="truncate_state")
+    try:
+        with pytest.raises(InputTooLongError) as info:
+            b.answer([BackendRequest("word " * 200, questions)])
+        assert info.value.limit == 128
+        (long,) = cut.answer([BackendRequest("word " * 200, questions)])
+        assert long.truncated_tokens > 0 and all(0.0 <= p[0] <= 1.0 for p in long.probabilities)
+    finally:
+        b.close()
+        cut.close()

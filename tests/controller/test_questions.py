@@ -96,3 +96,12 @@ def test_unicode_option_names_and_keys_kept_exactly() -> None:
     (key,) = parsed
     assert key == "ключ \U0001f600"
     assert parsed[key].labels == ("é", "e\u0301")  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("value", [__import__("datetime").datetime(2023, 5, 8), {1, 2}, b"bytes", __import__("decimal").Decimal("1.5")])
+def test_a_non_json_value_in_a_state_is_named_as_such(value: Any) -> None:
+    # a datetime in a state is an easy mistake; the error must not blame images or assets
+    with pytest.raises(InvalidRequestError, match="not a JSON value") as info:
+        validate_state({"when": value})
+    assert info.value.loc == ("state", "when")
+    assert type(value).__name__ in info.value.message

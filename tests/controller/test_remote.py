@@ -250,3 +250,13 @@ def test_batch_is_answered_in_order(remote: RemoteBackend, server: FakeServer) -
     got = remote.answer(requests)
     assert got == HeuristicBackend().answer(requests)
     assert [b["state"] for b in server.bodies] == [STATE, {"query": "When did we hike?"}]
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirect_is_a_server_problem_not_a_bad_request(server: FakeServer, status: int) -> None:
+    # e.g. a base URL on http:// that the server redirects to https://: no rewording of the request helps
+    server.override = lambda request: httpx2.Response(status, headers={"location": "https://elsewhere/v1/systemone", "x-typesafe-request-id": "r"})
+    backend = RemoteBackend(base_url="http://fake", api_key="k", model="m", transport=httpx2.MockTransport(server), retry=NO_RETRY)
+    with pytest.raises(BackendUnavailableError, match=str(status)) as info:
+        backend.answer([BackendRequest(STATE, tuple(normalize_questions({"b": GENERIC["billing"]}).values()))])
+    assert not isinstance(info.value, InvalidRequestError)
