@@ -10,14 +10,21 @@ cited evidence of the questions it corrects. Audit entries are matched by conver
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from data.schema import DataError
+
 CATEGORY_NAMES: dict[int, str] = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 _DATE_FORMAT = "%I:%M %p on %d %B, %Y"
 _DIA = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)")
+
+
+class LocomoError(DataError, ValueError):
+    """A LoCoMo file that cannot be read or is not shaped like LoCoMo (names the file and the record)."""
 
 
 @dataclass(frozen=True)
@@ -82,22 +89,60 @@ LOCOMO10_ORDER: tuple[str, ...] = tuple(
 
 
 def load_locomo(path: str | Path, *, audit: str | Path | None = None, conversations: tuple[str, ...] | None = None) -> list[Conversation]:
-    """Read a LoCoMo JSON file (optionally a subset of sample ids), applying audit corrections."""
-    samples = json.loads(Path(path).read_text(encoding="utf-8"))
+    """Read a LoCoMo JSON file (optionally a subset of sample ids), applying audit corrections.
+    `LocomoError` names a file that cannot be read or a record that is not shaped like LoCoMo."""
+    samples = _read_json(path)
     corrections: dict[tuple[str, str], list[str]] = {}
     if audit is not None:
-        for entry in json.loads(Path(audit).read_text(encoding="utf-8")):
-            fixed = entry.get("correct_evidence")
-            conv_index = int(entry["question_id"].split("_")[1])
+        for i, entry in enumerate(_records(_read_json(audit), audit)):
+            try:
+                fixed = entry.get("correct_evidence")
+                conv_index = int(entry["question_id"].split("_")[1])
+                question = entry["question"]
+            except (KeyError, TypeError, AttributeError, ValueError, IndexError) as error:
+                raise _shape_error(audit, f"audit entry {i}", error) from error
             if fixed and conv_index < len(LOCOMO10_ORDER):
-                corrections[(LOCOMO10_ORDER[conv_index], entry["question"])] = fixed
+                corrections[(LOCOMO10_ORDER[conv_index], question)] = fixed
     out = []
-    for sample in samples:
-        sid = sample["sample_id"]
+    for i, sample in enumerate(_records(samples, path)):
+        sid = sample.get("sample_id")
         if conversations is not None and sid not in conversations:
             continue
-        out.append(_conversation(sample, corrections))
+        try:
+            out.append(_conversation(sample, corrections))
+        except (KeyError, TypeError, AttributeError, ValueError, IndexError) as error:
+            raise _shape_error(path, f"sample {i} ({sid})", error) from error
     return out
+
+
+def _read_json(path: str | Path) -> object:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise LocomoError(f"cannot read LoCoMo file {path}: {error}") from error
+
+
+def _records(data: object, path: str | Path) -> list[dict]:
+    if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+        raise LocomoError(f"{path} does not look like LoCoMo data: expected a JSON list of objects")
+    return data
+
+
+def _shape_error(path: str | Path, where: str, error: Exception) -> LocomoError:
+    detail = f"missing {error}" if isinstance(error, KeyError) else str(error)
+    return LocomoError(f"{path} does not look like LoCoMo data: {where}: {detail}")
+
+
+def _category(qa: dict, index: int) -> int:
+    """A question's category (1-5); anything else (missing, another numbering) would misfile its scores."""
+    value = qa.get("category")
+    try:
+        number = float(value) if isinstance(value, (int, float, str)) and not isinstance(value, bool) else math.nan
+    except ValueError:
+        number = math.nan
+    if not number.is_integer() or int(number) not in CATEGORY_NAMES:
+        raise ValueError(f"qa {index}: category must be one of {sorted(CATEGORY_NAMES)}, got {value!r}")
+    return int(number)
 
 
 def _conversation(sample: dict, corrections: dict[tuple[str, str], list[str]]) -> Conversation:
@@ -127,7 +172,7 @@ def _conversation(sample: dict, corrections: dict[tuple[str, str], list[str]]) -
         evidence = corrections.get((sid, qa["question"]), qa.get("evidence", []))
         answer = qa.get("answer", qa.get("adversarial_answer", ""))
         questions.append(
-            Question(qid, qa["question"], str(answer), int(qa["category"]), normalise_evidence(evidence, known))
+            Question(qid, qa["question"], str(answer), _category(qa, i), normalise_evidence(evidence, known))
         )
     observations = {k: _facts(v) for k, v in (sample.get("observation") or {}).items()}
     return Conversation(sid, (conv["speaker_a"], conv["speaker_b"]), tuple(turns), tuple(questions), observations)

@@ -17,6 +17,7 @@ Errors of the data package:
     DataError                root of every data failure
     ├── SchemaError          a record that violates the schema (carries the offending field)
     ├── SplitError           a split plan that is inconsistent, or data that leaks across splits
+    ├── LocomoError          a LoCoMo file that cannot be read or is not shaped like LoCoMo (also a ValueError)
     └── TeacherError         a teacher that cannot be used (refused, or failing after retries)
 
 This module imports nothing from the project: any package may use it.
@@ -200,6 +201,8 @@ class DecisionGroup:
 
 def group_examples(examples: Iterable[DecisionExample], *, max_questions: int | None = None) -> list[DecisionGroup]:
     """Group examples by (split, state content); a group larger than `max_questions` is cut into several."""
+    if max_questions is not None and max_questions < 1:
+        raise DataError(f"max_questions must be >= 1 (None: no limit), got {max_questions}")
     buckets: dict[tuple[str, str], list[DecisionExample]] = {}
     for example in examples:
         buckets.setdefault((example.split, example.state_key), []).append(example)
@@ -228,14 +231,22 @@ def write_jsonl(path: str | Path, examples: Iterable[DecisionExample], *, append
 
 
 def _drop_torn_tail(path: Path) -> None:
-    """Cut a last line without its newline (an interrupted append) so that appends start on a fresh line."""
+    """Make appends start on a fresh line after an interrupted append: a last line without its newline is cut,
+    unless it is a whole record (the write stopped just before the newline), which `read_jsonl` reads and
+    so keeps; it gets its newline."""
     if not path.exists() or path.stat().st_size == 0:
         return
     with path.open("rb+") as handle:
         data = handle.read()
         if data.endswith(b"\n"):
             return
-        handle.truncate(data.rfind(b"\n") + 1)
+        start = data.rfind(b"\n") + 1
+        try:
+            DecisionExample.from_json(data[start:].decode("utf-8"))
+        except (SchemaError, UnicodeDecodeError):
+            handle.truncate(start)
+        else:
+            handle.write(b"\n")
 
 
 def read_jsonl(path: str | Path) -> Iterator[DecisionExample]:
@@ -255,17 +266,28 @@ def read_jsonl(path: str | Path) -> Iterator[DecisionExample]:
 
 
 def write_splits(directory: str | Path, examples: Sequence[DecisionExample]) -> dict[str, int]:
-    """One `<split>.jsonl` per split that has examples (stale split files are removed); counts per split."""
+    """One `<split>.jsonl` per split that has examples (stale split files are removed); counts per split.
+    Every split is written beside its target first and moved into place once all are written, so an
+    interrupted write leaves the previous files whole rather than a cut split beside stale ones."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    counts = {}
-    for split in SPLITS:
-        rows = [e for e in examples if e.split == split]
-        target = directory / f"{split}.jsonl"
-        if rows:
-            counts[split] = write_jsonl(target, rows)
-        elif target.exists():
-            target.unlink()
+    counts: dict[str, int] = {}
+    written: dict[str, Path] = {}
+    try:
+        for split in SPLITS:
+            rows = [e for e in examples if e.split == split]
+            if rows:
+                written[split] = directory / f"{split}.jsonl.partial"
+                counts[split] = write_jsonl(written[split], rows)
+        for split in SPLITS:
+            target = directory / f"{split}.jsonl"
+            if split in written:
+                written.pop(split).replace(target)
+            else:
+                target.unlink(missing_ok=True)
+    finally:
+        for partial in written.values():
+            partial.unlink(missing_ok=True)
     return counts
 
 

@@ -9,7 +9,8 @@ Resumable: records are appended to one JSONL file after every request, ids alrea
 skipped, and a torn last line from an interrupted run is ignored. The SDK retries 408/429/5xx itself; on
 top of that, connection failures, rate limits and server errors get `retries` more attempts with
 exponential backoff before `TeacherError` stops the run (what was recorded stays). A request the server
-refuses (4xx) is logged and counted as failed; the run goes on.
+refuses (4xx) is logged and counted as failed; the run goes on. A response that leaves a question unanswered
+or answers it with another kind stops the run with `TeacherError` (a teacher that does not speak the protocol).
 
 TypeSafe's customer terms forbid distilling from Jev's outputs: `TeacherConfig` refuses TypeSafe's hosts
 and the Jev model aliases, and a response naming a `jev-` model stops the run. Never record Jev outputs.
@@ -156,6 +157,9 @@ def _ask(client: Any, group: DecisionGroup, config: TeacherConfig, sleep: Callab
             return None
     if is_jev_model(response.model):
         raise TeacherError(f"the teacher answered as {response.model!r}: Jev outputs must never be recorded")
+    unanswered = [key for key in questions if key not in response.answers]
+    if unanswered:
+        raise TeacherError(f"teacher {config.name} gave no answer for {len(unanswered)} of {len(questions)} questions of a request")
     records = []
     for key, example in zip(questions, group.examples):
         target = answer_target(example.question, response.answers[key])

@@ -148,6 +148,10 @@ def calibrate_predictions(predictions: Sequence[Prediction], model_hash: str | N
     if folds not in FOLDS:
         raise ValueError(f"unknown calibration folds {folds!r}; choose from {', '.join(FOLDS)}")
     logits, targets, groups = calibration_inputs(predictions)
+    broken = [p.label.example_id for p, row in zip(predictions, logits) if not np.isfinite(row).all()]
+    if broken:  # a temperature fitted through NaN / inf lands on its search bound and looks like a fit
+        verb = "prediction has" if len(broken) == 1 else "predictions have"
+        raise ValueError(f"{len(broken)} calibration {verb} non-finite logits (first {broken[0]}): the model's outputs are broken")
     families = [p.label.catalogue for p in predictions]
     calibration = fit_temperatures(logits, targets, groups, model_hash=model_hash, families=families, bias=bias,
                                    folds=FOLDS[folds](predictions), keep_raw=keep_raw)

@@ -20,8 +20,9 @@ from typing import Any
 
 from controller.families import FAMILIES
 from training.data_cli import add_include, add_train_negatives, conversation_ids
+from training.errors import PipelineError
 from training.pipeline import CALIBRATION_PRIORS, DATA_SETTINGS, STAGES, PipelineConfig, run_all, run_stage
-from training.trainer import DROPOUT_KINDS, FitConfig
+from training.trainer import DROPOUT_KINDS, FitConfig, boost_factors
 
 _FIT_FLAGS = ("steps", "tokens_per_step", "max_batch_tokens", "lr", "head_lr", "weight_decay", "warmup", "grad_clip", "family_power", "family_boost",
               "npair_fraction", "attention_dropout", "dropout", "lora_r", "lora_alpha", "lora_dropout", "lora_layers", "listwise_weight", "seed", "threads", "checkpoint_every", "max_minutes", "device")
@@ -100,7 +101,14 @@ def add_parser(sub: Any) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> PipelineConfig:
-    fit = FitConfig(**{name: getattr(args, name) for name in _FIT_FLAGS})
+    """The pipeline configuration of parsed arguments; `PipelineError` names a flag value it cannot take."""
+    try:
+        fit = FitConfig(**{name: getattr(args, name) for name in _FIT_FLAGS})
+    except ValueError as error:  # refused before any stage runs: a message, not a traceback
+        raise PipelineError(str(error)) from error
+    unknown = sorted(set(boost_factors(fit.family_boost)) - set(FAMILIES))
+    if unknown:
+        raise PipelineError(f"unknown families in --family-boost: {', '.join(unknown)}; families: {', '.join(FAMILIES)}")
     known = {f.name for f in fields(PipelineConfig)}
     extra = {k: getattr(args, k) for k in DATA_SETTINGS if hasattr(args, k) and k in known}
     if "include" in extra:

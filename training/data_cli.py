@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 from typing import Any
 
 from data.builders import BuildConfig, build_dataset, format_questions, format_table, write_build
@@ -60,12 +61,19 @@ def add_parser(sub: Any) -> None:
 
 
 def run_distill(args: argparse.Namespace) -> int:
-    from data.schema import load_examples
+    from data.schema import DataError, load_examples
     from data.teacher import TeacherConfig, distill
 
+    if args.limit < 0:
+        raise DataError(f"--limit must be >= 0 (0: all), got {args.limit}")
+    if not (Path(args.data) / f"{args.split}.jsonl").exists():  # a typo must not label nothing and report success
+        raise DataError(f"no {args.split}.jsonl under {args.data}: give a directory written by build-data and one of its splits")
     examples = load_examples(args.data, args.split)
     families = {f.strip() for f in args.families.split(",") if f.strip()}
     if families:
+        missing = sorted(families - {e.family for e in examples})
+        if missing:
+            raise DataError(f"no {args.split} examples of families {', '.join(missing)} under {args.data}")
         examples = [e for e in examples if e.family in families]
     if args.limit:
         examples = examples[: args.limit]

@@ -326,7 +326,10 @@ def record_summary(summary: OodSummary, run_dir: str | Path, model_dir: str | Pa
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = OodConfig(**{f.name: getattr(args, f.name) for f in fields(OodConfig) if hasattr(args, f.name)})
+    try:
+        cfg = OodConfig(**{f.name: getattr(args, f.name) for f in fields(OodConfig) if hasattr(args, f.name)})
+    except ValueError as error:
+        raise PipelineError(str(error)) from error
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))  # one line per request
     if args.record_run and cfg.controller != "local":
         raise PipelineError("--record-run keeps a local model's figures; it needs --controller local")

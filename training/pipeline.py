@@ -83,6 +83,18 @@ class PipelineConfig:
     progress: bool = True
     command: str = "make train"
 
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.noul_as_choice_rate <= 1.0:
+            raise PipelineError(f"noul_as_choice_rate must lie in [0, 1], got {self.noul_as_choice_rate}")
+        for name in ("specialist_steps", "max_questions"):
+            if getattr(self, name) < 1:
+                raise PipelineError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("specialist_lora_layers", "specialist_max_minutes", "prior_min_examples", "synthetic_per_family"):
+            if getattr(self, name) < 0:
+                raise PipelineError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.calibration_prior not in CALIBRATION_PRIORS:
+            raise PipelineError(f"unknown calibration prior {self.calibration_prior!r}; choose {', '.join(CALIBRATION_PRIORS)}")
+
     @property
     def run(self) -> Path:
         return Path(self.run_dir)
@@ -238,12 +250,17 @@ def predict_routed(cfg: PipelineConfig, loaded: Any, specialists: dict[str, Any]
                       sum(r.tokens for r in runs))
 
 
+def require_model(cfg: PipelineConfig) -> None:
+    """Raise `PipelineError` unless the model directory holds a fitted model."""
+    if not (cfg.model / "config.json").exists():
+        raise PipelineError(f"no model directory at {cfg.model}: run the fit stage first")
+
+
 def load_model(cfg: PipelineConfig) -> Any:
     """The model directory loaded (base + adapter + heads + calibration)."""
     from controller.artifacts import load_artifact
 
-    if not (cfg.model / "config.json").exists():
-        raise PipelineError(f"no model directory at {cfg.model}: run the fit stage first")
+    require_model(cfg)
     return load_artifact(cfg.model, base_path=cfg.base_path)
 
 
@@ -268,18 +285,17 @@ def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
     from training.sampling import cap_states, prepare_requests
     from training.specialist import split_requests
 
-    if cfg.calibration_prior not in CALIBRATION_PRIORS:
-        raise PipelineError(f"unknown calibration prior {cfg.calibration_prior!r}; choose {', '.join(CALIBRATION_PRIORS)}")
     torch.set_num_threads(cfg.fit.threads)
+    require_model(cfg)  # the inputs first: a stage that cannot run leaves the model's calibration as it was
+    calibration_examples = split_examples(cfg, "calibration")
+    reference = split_examples(cfg, "train") + calibration_examples if cfg.calibration_prior != "calibration" else None
     index = read_index(cfg.model)
     for target in (cfg.model, *(cfg.model / e["path"] for e in index.values())):  # refitting: old ones may be of other hashes
         (target / "calibration.json").unlink(missing_ok=True)
     loaded, specialists = load_model_for_inference(cfg), load_specialists(cfg)
-    calibration_examples = split_examples(cfg, "calibration")
     examples = cap_states(calibration_examples, cfg.calibration_states, seed=cfg.fit.seed, by_source=False)
     requests, _ = prepare_requests(examples, tokenizer(cfg), max_questions=cfg.max_questions)
     summary: dict[str, Any] = {}
-    reference = split_examples(cfg, "train") + calibration_examples if cfg.calibration_prior != "calibration" else None
 
     def fit(predictions: list[Any], model_hash: str | None) -> Any:  # one calibration recipe for every model
         return calibrate_predictions(predictions, model_hash, bias=cfg.calibration_bias, folds=cfg.calibration_folds,
@@ -410,11 +426,11 @@ def run_stage(cfg: PipelineConfig, stage: str, **options: Any) -> dict[str, Any]
         raise PipelineError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
     cfg.run.mkdir(parents=True, exist_ok=True)
     changes = _config_changes(cfg)
-    if stage in ("fit", "fit_specialist"):  # a new model invalidates everything measured on the old one
-        _forget(cfg, ("calibrate", "evaluate", "export"))
     began = time.perf_counter()
     log.info("stage %s ...", stage)
     summary = _RUNNERS[stage](cfg, **options)
+    if stage in ("fit", "fit_specialist"):  # a new model invalidates everything measured on the old one (not a fit that failed)
+        _forget(cfg, ("calibrate", "evaluate", "export"))
     if changes:
         summary = {**summary, "config_changes": changes}
     seconds = time.perf_counter() - began

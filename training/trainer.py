@@ -6,8 +6,9 @@
 
 Every step is a pure function of (seed, step): the sampler draws the step's requests from (seed, step),
 dropout is reseeded from (seed, step) and the learning rate is a function of the step, so resuming from a
-checkpoint (trainable weights + AdamW state) reproduces the uninterrupted run. The log is JSONL (one line
-per step) plus a PNG of the loss curves; checkpoints go to `run_dir/checkpoints/` (never into a model dir).
+checkpoint (trainable weights + AdamW state) reproduces the uninterrupted run; a checkpoint of another
+configuration or of other training data is refused. The log is JSONL (one line per step) plus a PNG of the
+loss curves; checkpoints go to `run_dir/checkpoints/` (never into a model dir); a fresh run removes earlier ones.
 """
 
 from __future__ import annotations
@@ -199,21 +200,36 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
-def _save_checkpoint(run_dir: Path, step: int, model: Any, optimizer: Any, config: FitConfig, stats: dict[str, int]) -> Path:
+def data_fingerprint(requests: Sequence[LabeledRequest]) -> str:
+    """What a checkpoint must agree on about the training data: every request's tokens and labels, in order."""
+    digest = hashlib.sha256()
+    for request in requests:
+        digest.update(repr((request.tokenized, request.labels, request.list_key)).encode())
+    return digest.hexdigest()[:16]
+
+
+def _save_checkpoint(run_dir: Path, step: int, model: Any, optimizer: Any, config: FitConfig, stats: dict[str, int], data: str) -> Path:
     import torch
 
     folder = _checkpoint_dir(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"step-{step:07d}.pt"
     tmp = path.with_suffix(".tmp")
-    torch.save({"step": step, "fingerprint": config.fingerprint(), "trainable": trainable_state(model), "optimizer": optimizer.state_dict(), "stats": stats}, tmp)
+    torch.save({"step": step, "fingerprint": config.fingerprint(), "data": data, "trainable": trainable_state(model),
+                "optimizer": optimizer.state_dict(), "stats": stats}, tmp)
     tmp.replace(path)
     for old in sorted(folder.glob("step-*.pt"))[: -config.keep_checkpoints]:
         old.unlink()
     return path
 
 
-def _load_checkpoint(path: Path, model: Any, optimizer: Any, config: FitConfig) -> tuple[int, dict[str, int]]:
+def _clear_checkpoints(run_dir: Path) -> None:
+    """Remove an earlier run's checkpoints: they would outrank (and prune) the new run's, and `--resume` would load them."""
+    for old in [*_checkpoint_dir(run_dir).glob("step-*.pt"), *_checkpoint_dir(run_dir).glob("step-*.tmp")]:
+        old.unlink()
+
+
+def _load_checkpoint(path: Path, model: Any, optimizer: Any, config: FitConfig, data: str) -> tuple[int, dict[str, int]]:
     import torch
 
     try:
@@ -222,6 +238,8 @@ def _load_checkpoint(path: Path, model: Any, optimizer: Any, config: FitConfig) 
         raise CheckpointError(f"cannot read checkpoint {path}: {error}") from error
     if state.get("fingerprint") != config.fingerprint():
         raise CheckpointError(f"{path} was written with another training configuration; start a new run directory")
+    if state.get("data", data) != data:  # checkpoints from before the data fingerprint carry none
+        raise CheckpointError(f"{path} was fitted on other training data (rebuilt since?); start a new run directory")
     params = dict(model.named_parameters())
     missing = sorted(set(state["trainable"]) ^ {n for n, p in params.items() if p.requires_grad})
     if missing:
@@ -266,7 +284,6 @@ def fit(
     device = resolve_device(config.device)
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
-    (run / "fit_config.json").write_text(json.dumps(config.to_json(), indent=2) + "\n", encoding="utf-8")
     bert_config = model.config
     inference_attention_dropout = bert_config.attention_probs_dropout_prob
     bert_config.attention_probs_dropout_prob = config.attention_dropout  # read by `encode` only in training mode
@@ -280,15 +297,18 @@ def fit(
                               boost=boost_factors(config.family_boost), lists=config.listwise_weight > 0)
     log_path = run / "train_log.jsonl"
     start_step, stats = 0, {"tokens": 0, "labels": 0}
+    data = data_fingerprint(requests)
     if resume:
         ckpt = latest_checkpoint(run)
         if ckpt is None:
             raise CheckpointError(f"--resume: no checkpoint under {_checkpoint_dir(run)}")
-        start_step, stats = _load_checkpoint(ckpt, model, optimizer, config)
+        start_step, stats = _load_checkpoint(ckpt, model, optimizer, config, data)
         _truncate_log(log_path, start_step)
         log.info("resumed from %s (step %d)", ckpt, start_step)
-    elif log_path.exists():
-        log_path.unlink()
+    else:
+        log_path.unlink(missing_ok=True)
+        _clear_checkpoints(run)
+    (run / "fit_config.json").write_text(json.dumps(config.to_json(), indent=2) + "\n", encoding="utf-8")
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
     params = [p for p in model.parameters() if p.requires_grad]
@@ -323,10 +343,10 @@ def fit(
                 bar.set_postfix(loss=f"{entry['loss']:.3f}", lr=f"{entry['lr']:.1e}")
             if step % config.checkpoint_every == 0 or step == config.steps:
                 log_file.flush()
-                _save_checkpoint(run, step, model, optimizer, config, stats)
+                _save_checkpoint(run, step, model, optimizer, config, stats, data)
             if config.max_minutes and time.perf_counter() - began > 60 * config.max_minutes and step < config.steps:
                 log_file.flush()
-                _save_checkpoint(run, step, model, optimizer, config, stats)
+                _save_checkpoint(run, step, model, optimizer, config, stats, data)
                 log.warning("stopped at step %d of %d: max_minutes=%s reached", step, config.steps, config.max_minutes)
                 completed = False
                 break

@@ -81,10 +81,17 @@ def _embedder(name: str) -> Any:
 
 
 def training_subset(conversations: Sequence[Conversation], config: BuildConfig) -> list[Conversation]:
-    """The conversations to label: all, or with `train_conversations` the held-out ones and the named train ones."""
+    """The conversations to label: all, or with `train_conversations` the held-out ones and the named train ones.
+    Every LoCoMo conversation the split plan holds out must be in the file: a misspelt one would be trained on."""
+    ids = {c.sample_id for c in conversations}
+    plan = config.plan
+    held_out = [g.partition(":")[2] for g in (*plan.dev_groups, *plan.test_groups, *plan.calibration_groups) if g.startswith("locomo:")]
+    absent = [c for c in held_out if c not in ids]
+    if absent:
+        raise DataError(f"held-out LoCoMo conversations not in the LoCoMo file: {', '.join(absent)} (file has {', '.join(sorted(ids))}); "
+                        "hold out none with an empty --dev-conversations / --calibration-conversations")
     if not config.train_conversations:
         return list(conversations)
-    ids = {c.sample_id for c in conversations}
     unknown = sorted(set(config.train_conversations) - ids)
     if unknown:
         raise DataError(f"train_conversations not in the LoCoMo file: {unknown}")

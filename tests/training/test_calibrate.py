@@ -203,3 +203,12 @@ def test_shift_fitted_only_drops_the_prior_shift_of_a_level_left_raw() -> None:
     raw = [p for p in predictions if p.family == "stopping"]
     assert probabilities(raw, fitted_only) == probabilities(raw)  # the raw level answers as the model does
     assert probabilities(raw, every) != probabilities(raw)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_logits_are_refused_not_fitted(bad: float) -> None:
+    # one broken output (a diverged fit) must not silently become a temperature at the search's bound
+    preds = _miscalibrated(n=400)
+    preds[7] = Prediction(preds[7].label, np.array([bad]), "calibration", "g")
+    with pytest.raises(ValueError, match="1 calibration prediction has non-finite logits .*n7"):
+        calibrate_predictions(preds, "h", bias=True, keep_raw=True)

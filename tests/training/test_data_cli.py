@@ -65,6 +65,11 @@ def test_train_conversations_limit_the_train_split_and_keep_the_held_out_ones(tm
     assert groups(tmp_path / "dev30") == {"train": {"locomo:conv-26", "locomo:conv-41", "locomo:conv-44"}, "dev": {"locomo:conv-30"}}
     assert main([*argv, "--out", str(tmp_path / "none"), "--dev-conversations", ""]) == 0
     assert groups(tmp_path / "none") == {"train": {"locomo:conv-26", "locomo:conv-30", "locomo:conv-41", "locomo:conv-44"}}
+    # a misspelt held-out id would silently train on the conversation meant to be held out
+    for flag in ("--dev-conversations", "--calibration-conversations"):
+        assert main([*argv, "--out", str(tmp_path / "typo"), flag, "conv26"]) == 2
+        assert "held-out LoCoMo conversations not in the LoCoMo file: conv26" in capsys.readouterr().err
+    assert not (tmp_path / "typo").exists()
     assert main([*argv, "--out", str(tmp_path / "dated"), "--relevance-dated"]) == 0
     assert json.loads((tmp_path / "dated" / "summary.json").read_text())["config"]["rules"]["relevance_dated"] is True
 
@@ -111,6 +116,39 @@ def test_distill_command_uses_the_teacher(tmp_path: Path, monkeypatch: pytest.Mo
     for files, message in (([labels, labels], "already in the build"), ([tmp_path / "missing.jsonl"], "cannot read included")):
         assert main(["build-data", "--out", str(tmp_path / "bad"), "--synthetic-per-family", "10", "--include", *map(str, files)]) == 2
         assert message in capsys.readouterr().err and not (tmp_path / "bad").exists()
+
+
+def test_build_data_from_an_unreadable_or_malformed_locomo_file_is_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, _ = write_locomo_fixture(tmp_path)
+    samples = json.loads(path.read_text(encoding="utf-8"))
+    del samples[0]["qa"][1]["category"]
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(samples), encoding="utf-8")
+    for locomo, message in ((tmp_path / "missing.json", "cannot read LoCoMo file"), (broken, "qa 1: category must be one of")):
+        argv = ["build-data", "--locomo", str(locomo), "--out", str(tmp_path / "out"), "--synthetic-per-family", "4", "--dense", "none"]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and not (tmp_path / "out").exists()
+
+
+def test_distill_refuses_a_split_it_cannot_read_and_a_negative_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "data"
+    assert main(["build-data", "--out", str(out), "--synthetic-per-family", "4"]) == 0
+
+    def never(config: Any, *, transport: Any = None) -> Any:
+        raise AssertionError("a refused command must not reach the teacher")
+
+    monkeypatch.setattr(data.teacher, "make_client", never)
+    labels = tmp_path / "teacher.jsonl"
+    base = ["distill", "--base-url", "http://teacher.local", "--name", "open7b", "--out", str(labels)]
+    for extra, message in ((["--data", str(tmp_path / "nowhere")], "no train.jsonl under"),
+                           (["--data", str(out), "--split", "dve"], "no dve.jsonl under"),
+                           (["--data", str(out), "--limit", "-3"], "--limit must be >= 0"),
+                           (["--data", str(out), "--families", "routing,routng"], "no train examples of families routng")):
+        assert main([*base, *extra]) == 2
+        assert message in capsys.readouterr().err
+    assert not labels.exists()  # nothing was asked of the teacher
 
 
 def _example(i: int, group: str, question: str = "Is it episodic?") -> Any:

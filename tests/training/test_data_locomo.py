@@ -360,3 +360,31 @@ def test_train_negative_counts_change_the_train_split_only(locomo: tuple) -> Non
     assert kinds(plain)["locomo:bm25"] == base.bm25_negatives * answerable
     with pytest.raises(DataError, match="must be >= 0"):
         LocomoRules(train_bm25_negatives=-1)
+
+
+def test_records_not_shaped_like_locomo_are_a_data_error_naming_the_record(tmp_path: Path) -> None:
+    from data.locomo import LocomoError
+
+    path, audit = write_locomo_fixture(tmp_path)
+    samples = json.loads(path.read_text(encoding="utf-8"))
+    for change, message in (
+        (lambda s: s[1]["qa"][2].pop("category"), r"sample 1 \(conv-30\): qa 2: category must be one of \[1, 2, 3, 4, 5\], got None"),
+        (lambda s: s[0]["qa"][0].update(category=0), "qa 0: category must be one of"),  # a shifted numbering
+        (lambda s: s[2]["conversation"]["session_2"][3].pop("speaker"), r"sample 2 \(conv-41\): missing 'speaker'"),
+    ):
+        broken = json.loads(json.dumps(samples))
+        change(broken)
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps(broken), encoding="utf-8")
+        with pytest.raises(LocomoError, match=message) as info:
+            load_locomo(bad)
+        assert isinstance(info.value, DataError) and isinstance(info.value, ValueError)
+    (tmp_path / "dict.json").write_text(json.dumps({"conv-26": samples[0]}), encoding="utf-8")
+    with pytest.raises(LocomoError, match="a JSON list of objects"):
+        load_locomo(tmp_path / "dict.json")
+    with pytest.raises(LocomoError, match="cannot read LoCoMo file .*missing.json"):
+        load_locomo(tmp_path / "missing.json")
+    (tmp_path / "audit.json").write_text(json.dumps([{"question": "q"}]), encoding="utf-8")
+    with pytest.raises(LocomoError, match="audit entry 0: missing 'question_id'"):
+        load_locomo(path, audit=tmp_path / "audit.json")
+    assert len(load_locomo(path, audit=audit)) == 4  # the well-formed fixture still loads

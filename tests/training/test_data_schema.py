@@ -87,6 +87,22 @@ def test_jsonl_files_and_torn_last_line(tmp_path: Path) -> None:
         list(read_jsonl(path))
 
 
+def test_an_append_keeps_a_whole_last_record_that_lost_only_its_newline(tmp_path: Path) -> None:
+    # a buffered write cut just before the newline: the record reads as recorded (a resumed teacher run skips
+    # its id), so the next append must keep it, not cut it as torn
+    path = tmp_path / "t.jsonl"
+    write_jsonl(path, [make(0), make(1)])
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(make(2).to_json())
+    assert [e.id for e in read_jsonl(path)] == ["x:0", "x:1", "x:2"]
+    write_jsonl(path, [make(3)], append=True)
+    assert [e.id for e in read_jsonl(path)] == ["x:0", "x:1", "x:2", "x:3"]
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(make(4).to_json()[:30])  # a torn one is still cut
+    write_jsonl(path, [make(5)], append=True)
+    assert [e.id for e in read_jsonl(path)] == ["x:0", "x:1", "x:2", "x:3", "x:5"]
+
+
 def test_grouping_packs_questions_of_one_state() -> None:
     shared = {"observation": "Ann ran 5 km."}
     examples = [make(i, state=shared) for i in range(5)] + [make(9), make(10, state=shared, split="dev")]
@@ -96,6 +112,35 @@ def test_grouping_packs_questions_of_one_state() -> None:
     assert sorted(len(g.examples) for g in group_examples(examples, max_questions=2)) == [1, 1, 1, 2, 2]
     big = next(g for g in groups if len(g.examples) == 5)
     assert list(big.questions) == [f"x:{i}" for i in range(5)] and big.state == shared
+
+
+@pytest.mark.parametrize("bad", [0, -2])
+def test_grouping_refuses_a_group_size_below_one_instead_of_losing_examples(bad: int) -> None:
+    from data.schema import DataError
+
+    with pytest.raises(DataError, match="max_questions must be >= 1"):
+        group_examples([make(i) for i in range(3)], max_questions=bad)
+
+
+def test_an_interrupted_split_write_leaves_the_previous_build_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ctrl-C while a rebuild writes train.jsonl must not leave a cut train split (its torn last line is skipped
+    # silently on reading) beside the old build's other splits
+    import data.schema
+
+    write_splits(tmp_path, [make(i) for i in range(4)] + [make(9, split="dev")])
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    real = data.schema.write_jsonl
+
+    def interrupted(path: Path, examples: object, **kw: object) -> int:
+        with Path(path).open("w", encoding="utf-8") as handle:
+            handle.write(next(iter(examples)).to_json()[:20])  # type: ignore[call-overload]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(data.schema, "write_jsonl", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_splits(tmp_path, [make(i + 20) for i in range(6)] + [make(30, split="calibration")])
+    monkeypatch.setattr(data.schema, "write_jsonl", real)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
 def test_splits_and_datasets_loading(tmp_path: Path) -> None:

@@ -190,6 +190,31 @@ def test_stages_refuse_to_run_without_their_inputs(tmp_path) -> None:  # type: i
         run_stage(cfg, "deploy")
 
 
+def test_a_calibrate_run_that_cannot_start_keeps_the_models_calibration(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # a wrong --run-dir (no data there) must not cost the model directory its calibration
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}", encoding="utf-8")
+    (model / "calibration.json").write_text("{}", encoding="utf-8")
+    cfg = PipelineConfig(run_dir=str(tmp_path / "r"), model_dir=str(model), progress=False)
+    with pytest.raises(PipelineError, match="no calibration.jsonl"):
+        run_stage(cfg, "calibrate")
+    assert (model / "calibration.json").read_text(encoding="utf-8") == "{}"
+
+
+def test_a_fit_that_fails_keeps_the_measurements_of_the_model_in_place(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # the model directory still holds the evaluated model: its records must survive a fit that never ran
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "stages.json").write_text(json.dumps({"evaluate": {"seconds": 1.0}, "fit": {"seconds": 2.0}}), encoding="utf-8")
+    (run / "evaluation.json").write_text("{}", encoding="utf-8")
+    cfg = PipelineConfig(run_dir=str(run), model_dir=str(tmp_path / "m"), data_dir=str(tmp_path / "nowhere"), progress=False)
+    with pytest.raises(PipelineError, match="no train.jsonl"):
+        run_stage(cfg, "fit")
+    assert set(json.loads((run / "stages.json").read_text(encoding="utf-8"))) == {"evaluate", "fit"}
+    assert (run / "evaluation.json").exists()
+
+
 def test_cli_keeps_build_data_and_adds_the_stages() -> None:
     from training.__main__ import COMMANDS
     from training.cli import add_parser, config_from_args
@@ -219,6 +244,25 @@ def test_cli_keeps_build_data_and_adds_the_stages() -> None:
     assert config_from_args(parser.parse_args(["calibrate", "--calibration-prior", "fitted"])).calibration_prior == "fitted"
     args = parser.parse_args(["fit", "--resume", "--lr", "0.001"])
     assert args.resume and config_from_args(args).fit.lr == 0.001
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["fit", "--steps", "0"], "steps must be >= 1"),
+    (["fit", "--device", "gpu"], "device must be"),
+    (["fit", "--family-boost", "relevance"], "family_boost"),
+    (["fit", "--family-boost", "relevence=2"], "unknown families in --family-boost: relevence"),
+    (["all", "--noul-as-choice-rate", "1.5"], "noul_as_choice_rate"),
+    (["fit-specialist", "--specialist", "relevance", "--specialist-steps", "0"], "specialist_steps"),
+    (["ood", "--items", "0"], "items"),
+])
+def test_bad_flag_values_are_a_message_and_exit_code_2(argv, message, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from training.__main__ import main
+
+    dirs = ["--out", str(tmp_path / "o")] if argv[0] == "ood" else ["--run-dir", str(tmp_path / "r"), "--model-dir", str(tmp_path / "m")]
+    assert main([*argv, *dirs]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "r").exists() and not (tmp_path / "m").exists()  # refused before anything ran
 
 
 def test_out_of_domain_figures_are_recorded_into_the_model_card_for_their_artifact_only(pipeline_run, tmp_path) -> None:  # type: ignore[no-untyped-def]

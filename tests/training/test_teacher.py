@@ -133,3 +133,20 @@ def test_answer_conversion_checks_options() -> None:
         answer_target(CHOICE, Answer())
     with pytest.raises(TeacherError):
         answer_target(NOUL, Answer())
+
+
+class _Omitting(FakeTeacher):
+    """Answers every question but the first of each request."""
+
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
+        response = super().__call__(request)
+        body = json.loads(response.content)
+        body["answers"].pop(next(iter(body["answers"])))
+        return httpx2.Response(200, json=body)
+
+
+def test_a_response_without_an_answer_for_every_question_stops_the_run_with_a_teacher_error(tmp_path: Path) -> None:
+    out = tmp_path / "teacher.jsonl"
+    with pytest.raises(TeacherError, match="no answer for 1 of 3 questions"):
+        distill(_examples(2), out, _config(), transport=httpx2.MockTransport(_Omitting()), progress=False)
+    assert not out.exists()  # nothing half-answered was recorded

@@ -111,3 +111,32 @@ def test_a_fit_on_the_gpu_trains_and_returns_a_cpu_model(_tiny_model, toy, tmp_p
     model, result = fit(copy.deepcopy(_tiny_model), toy, FitConfig(steps=25, checkpoint_every=25, device="cuda", **FAST), tmp_path, progress=False)
     assert next(model.parameters()).device.type == "cpu"  # ready to save and export
     assert result.completed and _mean_nll(model, probe) < before - 0.02
+
+
+def test_a_fresh_fit_discards_the_checkpoints_of_an_earlier_run(_tiny_model, toy, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # an earlier, longer run left checkpoints 2 and 4; a new run in the same directory must neither have its own
+    # checkpoints pruned as "older" nor leave --resume to pick up the earlier run's weights
+    fit(copy.deepcopy(_tiny_model), toy, FitConfig(steps=4, checkpoint_every=2, **FAST), tmp_path, progress=False)
+    config = FitConfig(steps=2, checkpoint_every=1, seed=5, **FAST)
+    fit(copy.deepcopy(_tiny_model), toy, config, tmp_path, progress=False)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-0000001.pt", "step-0000002.pt"]
+    _, result = fit(copy.deepcopy(_tiny_model), toy, config, tmp_path, resume=True, progress=False)
+    assert result.resumed_from == 2 and result.steps_done == 2
+
+
+def test_resume_refuses_a_checkpoint_fitted_on_other_data(_tiny_model, toy, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    config = FitConfig(steps=4, checkpoint_every=2, **FAST)
+    fit(copy.deepcopy(_tiny_model), toy, config, tmp_path, progress=False)
+    (tmp_path / "checkpoints" / "step-0000004.pt").unlink()  # interrupted after step 2
+    with pytest.raises(CheckpointError, match="other training data"):  # the data were rebuilt in between
+        fit(copy.deepcopy(_tiny_model), toy[: len(toy) // 2], config, tmp_path, resume=True, progress=False)
+    recorded = json.loads((tmp_path / "fit_config.json").read_text())
+    assert recorded == config.to_json()  # a refused resume leaves the run's record as it was
+
+
+def test_a_refused_resume_keeps_the_runs_fit_config(_tiny_model, toy, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    config = FitConfig(steps=2, checkpoint_every=2, **FAST)
+    fit(copy.deepcopy(_tiny_model), toy, config, tmp_path, progress=False)
+    with pytest.raises(CheckpointError):
+        fit(copy.deepcopy(_tiny_model), toy, FitConfig(steps=2, checkpoint_every=2, seed=9, **FAST), tmp_path, resume=True, progress=False)
+    assert json.loads((tmp_path / "fit_config.json").read_text()) == config.to_json()
