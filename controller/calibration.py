@@ -3,7 +3,9 @@
 Groups: `noul`; `choice:2`, `choice:3-4`, `choice:5-8`, `choice:9+`; `score:2-3`, `score:4-6`, `score:7-10`.
 A Noul's probability is sigmoid(z / T); a Choice's / Score's is softmax(z / T) over its options. Each T is
 fitted by minimising the NLL on a held-out split; NLL is convex in 1/T, so a bracketed golden-section search
-finds the optimum. A group without data keeps T = 1.
+finds the optimum. A group without data keeps T = 1, and so does one with fewer than `min_group_examples` or
+with a single class (every Noul label on one side of 0.5, every Choice / Score the same answer): a temperature
+fitted there only sharpens towards whatever the few labels say.
 
 Questions of the built-in Jev-Mem catalogue are recognised by their instructions (`controller.families.lookup`,
 the same rule at inference and in evaluation) and carry a key `family.question` (`pair.semantic`); a question in
@@ -176,6 +178,7 @@ def fit_temperatures(
     *,
     model_hash: str | None = None,
     families: Sequence[str | None] | None = None,
+    min_group_examples: int = 50,
     min_family_examples: int = 200,
     min_question_examples: int = 150,
     bias: bool = False,
@@ -195,7 +198,8 @@ def fit_temperatures(
     calibration worse on new data than the coarser one. With `keep_raw` (and `folds`), a group's or family's
     fit must also beat the raw logits (T = 1, no bias) out of fold, and a question takes the best of its own
     fit, its parent's and the raw logits; a level the raw logits win is stored as T = 1, so questions whose raw
-    probabilities are already as good stay as the model gives them.
+    probabilities are already as good stay as the model gives them. A level with fewer examples than its minimum
+    (`min_group_examples`, `min_family_examples`, `min_question_examples`) or with one class only is not fitted.
     """
     if not len(logits) == len(targets) == len(groups) or (families is not None and len(families) != len(groups)):
         raise ValueError("logits, targets, groups (and families) must have the same length")
@@ -217,7 +221,8 @@ def fit_temperatures(
     def beats_raw(idx: list[int], with_bias: bool) -> bool:  # the fit beats T = 1 out of fold (or nothing asks it to)
         return not check_raw or fitter.best(idx, {"fit": (idx, with_bias), "raw": None}, folds) == "fit"
 
-    raw: set[str] = {g for g, idx in by_group.items() if not beats_raw(idx, False)}  # levels left at T = 1: no fit beat raw
+    # levels left at T = 1: too few examples or one class, or no fit beat raw
+    raw: set[str] = {g for g, idx in by_group.items() if not fitter.informative(idx, min_group_examples) or not beats_raw(idx, False)}
     group_t = {g: 1.0 if g in raw else fitter.temperature(idx) for g, idx in sorted(by_group.items())}
     levels: dict[str, tuple[float, float]] = {}
     platt: dict[str, bool] = {}  # level -> fitted with a bias
@@ -226,7 +231,7 @@ def fit_temperatures(
         return bias and name.endswith(":noul") and (folds is None or fitter.beats(idx, idx, True, False, folds))
 
     for name, idx in sorted(by_family.items()):
-        if len(idx) < min_family_examples:
+        if not fitter.informative(idx, min_family_examples):
             continue
         platt[name] = keeps_bias(name, idx)
         if beats_raw(idx, platt[name]):
@@ -235,7 +240,7 @@ def fit_temperatures(
             platt[name], levels[name] = False, (1.0, 0.0)
             raw.add(name)
     for name, idx in sorted(by_question.items()):
-        if len(idx) < min_question_examples:
+        if not fitter.informative(idx, min_question_examples):
             continue
         key, _, group = name.partition(":")
         parent = f"{key.partition('.')[0]}:{group}"
@@ -265,6 +270,16 @@ class _Fitter:
 
     def _noul(self, idx: Sequence[int]) -> bool:
         return self.groups[idx[0]] == "noul"  # every subset lies within one group
+
+    def informative(self, idx: Sequence[int], minimum: int) -> bool:
+        """At least `minimum` examples and both classes (Noul labels on either side of 0.5; for a Choice or a
+        Score, at least two different answers)."""
+        if len(idx) < max(minimum, 1):
+            return False
+        labels = [self.y[i] for i in idx]
+        if self._noul(idx):
+            return min(labels) < 0.5 < max(labels)
+        return len(set(labels)) > 1
 
     def temperature(self, idx: Sequence[int]) -> float:
         return _fit_group([self.rows[i] for i in idx], [self.y[i] for i in idx], noul=self._noul(idx))

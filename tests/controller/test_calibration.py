@@ -205,3 +205,24 @@ def test_keep_raw_leaves_a_family_whose_fit_does_not_carry_over_at_temperature_o
     assert kept.probabilities("noul", np.array([1.2]), "pair")[0] == pytest.approx(1 / (1 + math.exp(-1.2)))
     # the check needs folds: without them every fit is kept
     assert fit_temperatures(logits, targets, ["noul"] * 8000, families=families, model_hash="h", keep_raw=True).temperature("noul", 1, "pair") != 1.0
+
+
+def test_a_level_with_too_few_examples_or_one_class_stays_at_temperature_one() -> None:
+    # Two examples used to give T = 0.05 (the search bound), and an all-positive family a bias of about +16:
+    # a fit on such data only sharpens towards what the few labels say.
+    rng = np.random.default_rng(3)
+    z = rng.normal(0, 2, size=600)
+    y = (rng.random(600) < 1 / (1 + np.exp(-z))).astype(float)
+    few = fit_temperatures([[3.0], [-2.5]], [1.0, 0.0], ["noul", "noul"], model_hash="h")
+    assert few.temperatures["noul"] == 1.0 and not few.fitted("noul", 1)
+    one_class = fit_temperatures([[v * 3] for v in z[:100]], [1.0] * 100, ["noul"] * 100, model_hash="h")
+    assert one_class.temperatures["noul"] == 1.0
+    same_answer = fit_temperatures([[v, 0.0, -v] for v in z[:100]], [0] * 100, ["choice:3-4"] * 100, model_hash="h")
+    assert same_answer.temperatures["choice:3-4"] == 1.0
+    # a family that is all positive gets no level of its own (nor a bias); the others are fitted as before
+    logits = [[v * 3] for v in z[:400]] + [[v] for v in z[400:]]
+    families = ["pair"] * 400 + ["typing"] * 200
+    cal = fit_temperatures(logits, list(y[:400]) + [1.0] * 200, ["noul"] * 600, families=families, bias=True,
+                           min_family_examples=150, model_hash="h")
+    assert "typing:noul" not in cal.family_temperatures and "typing:noul" not in cal.family_biases
+    assert cal.family_temperatures["pair:noul"] == pytest.approx(3.0, rel=0.3)
