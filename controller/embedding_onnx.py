@@ -4,7 +4,9 @@ Graph: inputs `input_ids`, `attention_mask` (int64, dynamic axes `batch`, `seque
 (batch, hidden) float32, rows unit-norm. Built once per model with the legacy `torch.onnx.export`, checked
 against the torch path (`MiniLMEmbedder(runtime="torch")`) on fixed texts, then cached as
 `$JEVMEM_CACHE/onnx/embedder-<hash>-g<GRAPH_VERSION>.onnx`, hash = blake2b of config.json and the weights file.
-A graph that fails parity raises `ParityError` and is never cached.
+A graph that fails parity raises `ParityError` and is never cached. Like the controller's graph it has a `.json`
+sidecar (full model hash, graph sha256; `controller.onnx_runtime.write_cached_record`): a truncated, damaged
+or foreign graph, or one without a sidecar, is rebuilt with a logged warning.
 
 Running a cached graph needs only onnxruntime and `tokenizers` (the model directory's tokenizer.json): torch
 and transformers are not imported on that path.
@@ -26,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from controller.errors import ArtifactError, BackendUnavailableError, ParityError
-from controller.onnx_runtime import _tmp_path, cache_root, create_session
+from controller.onnx_runtime import _tmp_path, cache_root, create_session, read_cached_record, remove_stale_temps, write_cached_record
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +67,11 @@ def model_hash(model_dir: str | Path) -> str:
 
 
 def graph_path(model_dir: str | Path, cache: Path | None = None) -> Path:
-    return (cache or cache_root()) / "onnx" / f"embedder-{model_hash(model_dir)[:24]}-g{GRAPH_VERSION}.onnx"
+    return _graph_path(model_hash(model_dir), cache)
+
+
+def _graph_path(digest: str, cache: Path | None) -> Path:
+    return (cache or cache_root()) / "onnx" / f"embedder-{digest[:24]}-g{GRAPH_VERSION}.onnx"
 
 
 def hidden_size(model_dir: str | Path) -> int:
@@ -142,9 +148,11 @@ def ensure_graph(
     `load_model` returns the torch `BertModel` (called only when a graph must be built); `reference` embeds
     texts on the torch path. Raises `ParityError` (graph not cached) when they disagree above `atol`.
     """
-    path = graph_path(model_dir, cache)
+    digest = model_hash(model_dir)
+    path = _graph_path(digest, cache)
     with _BUILD_LOCK:
-        if path.exists():
+        remove_stale_temps(path)
+        if read_cached_record(path, digest) is not None:
             return path
         path.parent.mkdir(parents=True, exist_ok=True)
         tokenizer = load_tokenizer(model_dir, max_length)
@@ -157,6 +165,7 @@ def ensure_graph(
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
+        write_cached_record(path, {"model_hash": digest, "max_abs_diff": diff})
     log.info("exported the embedder graph to %s (parity max |diff| %.2e)", path, diff)
     return path
 

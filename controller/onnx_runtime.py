@@ -3,8 +3,10 @@
 Cache: `$JEVMEM_CACHE` (default `~/.cache/jevmem`) / `onnx/<hash>-<method>-g<GRAPH_VERSION>-<precision>.onnx`
 plus a `.json` sidecar with its parity result, the full model hash and the graph file's sha256; a graph is only
 cached after it passed parity. Writes (graph and sidecar) go to a temporary file renamed into place, so
-concurrent builders never leave a half-written file; an entry whose sidecar is unreadable or names another
-model, or whose graph no longer has the recorded sha256 (truncated, edited, swapped), is rebuilt.
+concurrent builders never leave a half-written file; an entry whose sidecar is missing, unreadable or names
+another model, or whose graph no longer has the recorded sha256 (truncated, edited, swapped), is rebuilt.
+The embedder's graph (`controller.embedding_onnx`) uses the same sidecar helpers. Temporaries of an entry
+older than `STALE_TMP_AGE_S` (left by a process killed mid-build) are removed whenever the entry is looked up.
 
 int8 (`quantize_dynamic`, weights int8 per channel, activations quantized per tensor at run time) is only
 used after two checks on fixed requests: logits within `int8_atol` of the fp32 graph, and answers independent
@@ -16,12 +18,15 @@ measured 6e-3 on the logits, and the extra quantise ops ate the speed-up.)
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import logging
 import os
 import tempfile
 import threading
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -43,6 +48,9 @@ log = logging.getLogger(__name__)
 GRAPH_VERSION = "1"  # bump whenever a graph builder changes what it writes
 Precision = Literal["fp32", "int8"]
 _BUILD_LOCK = threading.RLock()
+# No live build leaves its temporary untouched this long (an export or a quantisation writes it, the parity
+# checks that follow take minutes at most), so an older one was left by a killed process.
+STALE_TMP_AGE_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -99,11 +107,11 @@ def ensure_graph(
 ) -> GraphInfo:
     """The cached graph for this model, built and checked on first use. Raises `ParityError` on failure."""
     path = graph_path(model_hash, method, precision, cache)
-    sidecar = path.with_suffix(".json")
     with _BUILD_LOCK:
-        cached = _cached_info(path, sidecar, model_hash)
-        if cached is not None:
-            return cached
+        remove_stale_temps(path)
+        record = read_cached_record(path, model_hash, ("method", "precision", "max_abs_diff"))
+        if record is not None:
+            return GraphInfo(str(path), record["method"], record["precision"], record["max_abs_diff"], record.get("invariance_diff"))
         path.parent.mkdir(parents=True, exist_ok=True)
         inputs = parity_batches(tokenizer)
         if precision == "fp32":
@@ -117,28 +125,29 @@ def ensure_graph(
         else:
             fp32 = ensure_graph(model, model_hash, tokenizer, method=method, precision="fp32", cache=cache, atol=atol)
             info = _build_int8(tokenizer, path, Path(fp32.path), method, int8_atol, invariance_atol)
-        record = {**asdict(info), "model_hash": model_hash, "sha256": _file_sha256(path)}
-        tmp = _tmp_path(sidecar)
-        try:
-            tmp.write_text(json.dumps(record) + "\n", encoding="utf-8")
-            os.replace(tmp, sidecar)
-        finally:
-            tmp.unlink(missing_ok=True)
+        write_cached_record(path, {**asdict(info), "model_hash": model_hash})
         return info
 
 
-def _cached_info(path: Path, sidecar: Path, model_hash: str) -> GraphInfo | None:
-    """The cached entry's `GraphInfo`, or None when it is missing or cannot be trusted (then it is rebuilt)."""
-    if not (path.exists() and sidecar.exists()):
+def read_cached_record(path: Path, model_hash: str, required: Sequence[str] = ()) -> dict[str, Any] | None:
+    """The sidecar record of the cached graph `path`, or None when it is missing or cannot be trusted.
+
+    Not trusted (logged as a warning; the caller rebuilds): a graph without a sidecar, a sidecar that is
+    unreadable or lacks `required` keys, one written for another model, a graph whose sha256 changed.
+    """
+    sidecar = path.with_suffix(".json")
+    if not path.exists():
+        return None
+    if not sidecar.exists():
+        log.warning("rebuilding the cached graph %s: it has no sidecar (an interrupted build or an older version)", path)
         return None
     try:
         record = json.loads(sidecar.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         log.warning("rebuilding the cached graph %s: its sidecar is unreadable (%s)", path, error)
         return None
-    required = ("method", "precision", "max_abs_diff", "model_hash", "sha256")
-    if not isinstance(record, dict) or not all(key in record for key in required):
-        log.warning("rebuilding the cached graph %s: its sidecar lacks the model hash or the graph's sha256", path)
+    if not isinstance(record, dict) or not all(key in record for key in ("model_hash", "sha256", *required)):
+        log.warning("rebuilding the cached graph %s: its sidecar lacks the model hash, the graph's sha256 or %s", path, ", ".join(required) or "-")
         return None
     if record["model_hash"] != model_hash:
         log.warning("rebuilding the cached graph %s: it was built for model %s", path, str(record["model_hash"])[:12])
@@ -146,7 +155,32 @@ def _cached_info(path: Path, sidecar: Path, model_hash: str) -> GraphInfo | None
     if record["sha256"] != _file_sha256(path):
         log.warning("rebuilding the cached graph %s: the file changed since it passed parity", path)
         return None
-    return GraphInfo(str(path), record["method"], record["precision"], record["max_abs_diff"], record.get("invariance_diff"))
+    return record
+
+
+def write_cached_record(path: Path, record: Mapping[str, Any]) -> None:
+    """Write the sidecar of the graph `path` (just renamed into place): `record` plus the graph's sha256, atomically."""
+    sidecar = path.with_suffix(".json")
+    tmp = _tmp_path(sidecar)
+    try:
+        tmp.write_text(json.dumps({**record, "sha256": _file_sha256(path)}) + "\n", encoding="utf-8")
+        os.replace(tmp, sidecar)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def remove_stale_temps(path: Path, max_age_s: float = STALE_TMP_AGE_S) -> None:
+    """Delete temporaries of this cache entry (`_tmp_path` names) not modified for `max_age_s` seconds."""
+    if not path.parent.is_dir():
+        return
+    cutoff = time.time() - max_age_s
+    for tmp in path.parent.glob(f"{glob.escape(path.stem)}.*.tmp"):
+        try:
+            if tmp.stat().st_mtime < cutoff:
+                tmp.unlink()
+                log.info("removed %s, left by an interrupted build", tmp)
+        except OSError:  # another process removed it first, or it is not ours to delete
+            continue
 
 
 def _file_sha256(path: Path) -> str:
@@ -182,6 +216,7 @@ def quantize_unchecked(model_hash: str, method: str, cache: Path | None = None) 
     """The int8 graph without the acceptance checks (for the benchmark's report only, never for serving)."""
     fp32_path = graph_path(model_hash, method, "fp32", cache)
     out = fp32_path.with_name(fp32_path.stem.replace("fp32", "int8-unchecked") + ".onnx")
+    remove_stale_temps(out)
     if not out.exists():
         tmp = _tmp_path(out)
         try:

@@ -13,6 +13,8 @@ Errors (SDK -> controller):
   (the server, its address or the credentials are the problem; no rewording of the request will help)
 - any other 4xx (400, 413, 422, ...) -> `InvalidRequestError` carrying the server's message and status
 - a 2xx body that does not match the protocol, or answers that do not fit the questions -> `BackendError`
+  (also a probability outside [0, 1], a Choice or Score distribution that does not sum to about 1, or an
+  option that was not offered; nothing is clamped or renormalised on the way in)
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ log = logging.getLogger(__name__)
 
 _UNAVAILABLE_STATUSES = frozenset({401, 403, 404, 408, 429})
 _UNKNOWN_DATE = "1970-01-01"  # release date of a model the server does not list (ModelInfo needs a date)
+_SUM_ATOL = 0.01  # a distribution's sum may be off by this much (float32 softmax, probabilities rounded by the server)
 
 
 class RemoteInvalidRequestError(InvalidRequestError):
@@ -147,23 +150,35 @@ def _server_message(error: Any) -> str:
 
 
 def _probabilities(question: Question, answer: Any, key: str) -> tuple[float, ...]:
+    """The answer's probabilities in option order; `BackendError` naming the field when they are not a
+    valid answer to `question` (outside [0, 1], not summing to about 1, or naming options not offered)."""
     if answer is None:
         raise BackendError(f"remote server sent no answer for {key}")
     if isinstance(question, NoulQuestion):
         if getattr(answer, "type", None) != "noul":
             raise BackendError(f"remote answer {key} is a {getattr(answer, 'type', '?')}, expected a noul")
-        return (_finite(answer.noul, key),)
+        return (_probability(answer.noul, f"{key}.noul"),)
     expected = "choice" if isinstance(question, ChoiceQuestion) else "score"
     if getattr(answer, "type", None) != expected:
         raise BackendError(f"remote answer {key} is a {getattr(answer, 'type', '?')}, expected a {expected}")
     keys: Sequence[Any] = question.labels if isinstance(question, ChoiceQuestion) else range(question.n_options)
+    if isinstance(question, ChoiceQuestion) and answer.choice not in keys:
+        raise BackendError(f"remote answer {key}.choice {answer.choice!r} is not one of the offered options {list(keys)}")
+    extra = [k for k in answer.probabilities if k not in keys]
+    if extra:
+        raise BackendError(f"remote answer {key}.probabilities.{extra[0]} is not one of the offered options {list(keys)}")
     try:
-        return tuple(_finite(answer.probabilities[k], key) for k in keys)
+        probs = tuple(_probability(answer.probabilities[k], f"{key}.probabilities.{k}") for k in keys)
     except KeyError as error:
         raise BackendError(f"remote answer {key} lacks a probability for option {error.args[0]!r}") from error
+    if abs(math.fsum(probs) - 1.0) > _SUM_ATOL:
+        raise BackendError(f"remote answer {key}.probabilities sum to {math.fsum(probs):.6g}, not 1")
+    return probs
 
 
-def _finite(value: object, key: str) -> float:
+def _probability(value: object, field: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise BackendError(f"remote answer {key} carries a non-finite probability {value!r}")
+        raise BackendError(f"remote answer {field} carries a non-finite probability {value!r}")
+    if not 0.0 <= value <= 1.0:
+        raise BackendError(f"remote answer {field} = {value!r} is not a probability in [0, 1]")
     return float(value)

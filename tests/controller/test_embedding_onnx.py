@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -91,7 +94,7 @@ def test_cached_graph_is_reused_without_export_or_torch_model(tiny_base_dir: Pat
     again = MiniLMEmbedder(tiny_base_dir, runtime="onnx")
     np.testing.assert_array_equal(again.embed(TEXTS), onnx_embedder.embed(TEXTS))
     assert graph.stat().st_mtime_ns == mtime
-    assert [p.name for p in (cache / "onnx").iterdir()] == [graph.name]  # no temp files left behind
+    assert sorted(p.name for p in (cache / "onnx").iterdir()) == sorted([graph.name, graph.with_suffix(".json").name])  # no temp files
 
 
 def test_cached_path_imports_neither_torch_nor_transformers(tiny_base_dir: Path, cache: Path, onnx_embedder: MiniLMEmbedder) -> None:
@@ -142,10 +145,94 @@ def test_unknown_runtime_is_refused() -> None:
         MiniLMEmbedder(runtime="bogus")  # type: ignore[arg-type]
 
 
-def test_corrupt_cached_graph_is_an_artifact_error(tiny_base_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("JEVMEM_CACHE", str(tmp_path))
+def _fresh_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.setenv("JEVMEM_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _assert_matches_torch(tiny_base_dir: Path, torch_embedder: MiniLMEmbedder) -> None:
+    got = MiniLMEmbedder(tiny_base_dir, runtime="onnx").embed(TEXTS)
+    assert float(np.abs(got - torch_embedder.embed(TEXTS)).max()) <= 1e-4
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_a_damaged_cached_graph_is_rebuilt_with_a_warning(
+    tiny_base_dir: Path, torch_embedder: MiniLMEmbedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, damage: str
+) -> None:
+    _fresh_cache(monkeypatch, tmp_path)
+    MiniLMEmbedder(tiny_base_dir, runtime="onnx").embed(["build it"])
+    graph = embedding_onnx.graph_path(tiny_base_dir)
+    whole = graph.read_bytes()
+    graph.write_bytes(whole[: len(whole) // 2] if damage == "truncated" else b"not a graph")  # a copy cut short, a bad disk
+    with caplog.at_level("WARNING", logger="controller.onnx_runtime"):
+        _assert_matches_torch(tiny_base_dir, torch_embedder)
+    assert any("rebuilding the cached graph" in r.getMessage() and graph.name in r.getMessage() for r in caplog.records)
+    assert len(graph.read_bytes()) == len(whole)
+
+
+def test_a_graph_without_its_sidecar_is_rebuilt_with_a_warning(
+    tiny_base_dir: Path, torch_embedder: MiniLMEmbedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    _fresh_cache(monkeypatch, tmp_path)
     graph = embedding_onnx.graph_path(tiny_base_dir)
     graph.parent.mkdir(parents=True)
-    graph.write_bytes(b"not a graph")
+    graph.write_bytes(b"not a graph")  # e.g. left by an older version, which kept no sidecar
+    with caplog.at_level("WARNING", logger="controller.onnx_runtime"):
+        _assert_matches_torch(tiny_base_dir, torch_embedder)
+    assert any("rebuilding the cached graph" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("copy_sidecar", [False, True])
+def test_another_models_graph_under_this_name_is_rebuilt(
+    tiny_base_dir: Path, tiny_config: Any, torch_embedder: MiniLMEmbedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, copy_sidecar: bool
+) -> None:
+    import torch
+    from transformers import BertModel
+
+    _fresh_cache(monkeypatch, tmp_path)
+    other_dir = tmp_path / "other-model"
+    torch.manual_seed(2)
+    BertModel(tiny_config, add_pooling_layer=False).save_pretrained(str(other_dir))
+    shutil.copy(tiny_base_dir / "tokenizer.json", other_dir / "tokenizer.json")
+    MiniLMEmbedder(tiny_base_dir, runtime="onnx").embed(["build it"])
+    MiniLMEmbedder(other_dir, runtime="onnx").embed(["build it"])
+    graph, other = embedding_onnx.graph_path(tiny_base_dir), embedding_onnx.graph_path(other_dir)
+    shutil.copyfile(other, graph)  # a stale or swapped file: it loads fine but embeds like another model
+    if copy_sidecar:
+        shutil.copyfile(other.with_suffix(".json"), graph.with_suffix(".json"))
+    _assert_matches_torch(tiny_base_dir, torch_embedder)
+
+
+def test_a_graph_onnxruntime_cannot_load_is_an_artifact_error(tiny_base_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hashlib
+    import json
+
+    _fresh_cache(monkeypatch, tmp_path)
+    MiniLMEmbedder(tiny_base_dir, runtime="onnx").embed(["build it"])
+    graph = embedding_onnx.graph_path(tiny_base_dir)
+    garbage = b"not a graph"
+    graph.write_bytes(garbage)  # what an onnxruntime of another version may make of a graph that passed parity
+    sidecar = graph.with_suffix(".json")
+    record = json.loads(sidecar.read_text(encoding="utf-8"))
+    sidecar.write_text(json.dumps({**record, "sha256": hashlib.sha256(garbage).hexdigest()}), encoding="utf-8")
     with pytest.raises(ArtifactError, match="delete it to rebuild"):
         MiniLMEmbedder(tiny_base_dir, runtime="onnx").embed(["x"])
+
+
+def test_stale_temporaries_of_a_killed_build_are_removed(tiny_base_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fresh_cache(monkeypatch, tmp_path)
+    graph = embedding_onnx.graph_path(tiny_base_dir)
+    graph.parent.mkdir(parents=True)
+    stale, live = graph.with_name(graph.stem + ".k1ll3d.tmp"), graph.with_name(graph.stem + ".l1ve.tmp")
+    other = graph.with_name("embedder-0123456789abcdef01234567-g1.0ther.tmp")  # another entry's: not ours to judge
+    for file in (stale, live, other):
+        file.write_bytes(b"half an export")
+    old = time.time() - 2 * 24 * 3600
+    for file in (stale, other):
+        os.utime(file, (old, old))
+    MiniLMEmbedder(tiny_base_dir, runtime="onnx").embed(["build it"])
+    assert not stale.exists() and live.exists() and other.exists()
+    live_time = time.time() - 2 * 24 * 3600
+    os.utime(live, (live_time, live_time))  # the next run, days later, finds the entry cached: still swept
+    MiniLMEmbedder(tiny_base_dir, runtime="onnx").embed(["again"])
+    assert not live.exists() and other.exists()

@@ -88,3 +88,24 @@ def test_a_graph_onnxruntime_cannot_load_is_an_artifact_error(tiny_artifact) -> 
             LocalBackend.load(tiny_artifact, threads=1)
     finally:
         graph.unlink()  # the shared session cache must not keep it for later tests
+
+
+def test_stale_temporaries_of_a_killed_build_are_removed(tiny_model, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import time
+
+    path = graph_path("hash-killed", "fused", "fp32")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stale = path.with_name(path.stem + ".k1ll3d.tmp")  # a ~90 MB export cut short by a kill
+    live = path.with_name(path.stem + ".l1ve.tmp")  # another process's build in progress
+    other = graph_path("hash-other-entry", "fused", "fp32").with_suffix(".0ther.tmp")
+    for file in (stale, live, other):
+        file.write_bytes(b"half an export")
+    old = time.time() - 2 * 24 * 3600
+    for file in (stale, other):
+        os.utime(file, (old, old))
+    ensure_graph(tiny_model, "hash-killed", tokenizer)
+    assert not stale.exists() and live.exists() and other.exists()
+    os.utime(live, (old, old))  # days later the entry is cached: the sweep still runs
+    ensure_graph(tiny_model, "hash-killed", tokenizer)
+    assert not live.exists() and other.exists()

@@ -260,3 +260,45 @@ def test_a_redirect_is_a_server_problem_not_a_bad_request(server: FakeServer, st
     with pytest.raises(BackendUnavailableError, match=str(status)) as info:
         backend.answer([BackendRequest(STATE, tuple(normalize_questions({"b": GENERIC["billing"]}).values()))])
     assert not isinstance(info.value, InvalidRequestError)
+
+
+_TONE = {"type": "choice", "choice": "angry", "confidence": 0.6, "probabilities": {"calm": 0.2, "angry": 0.8}}
+_URGENCY = {"type": "score", "score": 1.7, "confidence": 0.5, "legend": {"0": "Can wait", "1": "This week", "2": "Today"},
+            "probabilities": {"0": 0.1, "1": 0.1, "2": 0.8}}
+
+
+@pytest.mark.parametrize(
+    ("answers", "field"),
+    [
+        ({"q0": {"type": "noul", "noul": 1.5}}, "q0.noul"),
+        ({"q0": {"type": "noul", "noul": -0.25}}, "q0.noul"),
+        ({"q0": {"type": "noul", "noul": "NaN"}}, "q0.noul"),
+        ({"q1": {**_TONE, "probabilities": {"calm": -0.2, "angry": 1.2}}}, "q1.probabilities.calm"),
+        ({"q1": {**_TONE, "probabilities": {"calm": 0.2, "angry": 0.3}}}, "q1.probabilities"),  # sums to 0.5
+        ({"q1": {**_TONE, "probabilities": {"calm": 2.0, "angry": 8.0}}}, "q1.probabilities.calm"),  # logits, not probabilities
+        ({"q1": {**_TONE, "choice": "excited"}}, "q1.choice"),
+        ({"q1": {**_TONE, "probabilities": {"calm": 0.2, "angry": 0.3, "excited": 0.5}}}, "q1.probabilities.excited"),
+        ({"q2": {**_URGENCY, "probabilities": {"0": 0.1, "1": 0.1, "2": 0.1}}}, "q2.probabilities"),
+        ({"q2": {**_URGENCY, "probabilities": {"0": 0.1, "1": 0.1, "2": 0.7, "3": 0.1}}}, "q2.probabilities.3"),
+    ],
+)
+def test_out_of_range_answers_are_backend_errors_naming_the_field(server: FakeServer, answers: dict[str, Any], field: str) -> None:
+    valid = {"q0": {"type": "noul", "noul": 0.5}, "q1": _TONE, "q2": _URGENCY}
+    payload = {"model": "m", "answers": {**valid, **answers}, "usage": {"input_tokens": 3, "output_tokens": 0}}
+    raw = json.dumps(payload).replace('"NaN"', "NaN")  # JSON as a careless server writes it
+    server.override = lambda request: httpx2.Response(200, content=raw.encode(), headers={"content-type": "application/json", "x-typesafe-request-id": "r"})
+    backend = RemoteBackend(base_url="http://fake", api_key="k", model="m", transport=httpx2.MockTransport(server), retry=NO_RETRY)
+    with pytest.raises(BackendError, match=field.replace(".", r"\.")) as info:
+        backend.answer([BackendRequest(STATE, tuple(normalize_questions(GENERIC).values()))])
+    assert not isinstance(info.value, BackendUnavailableError)
+
+
+def test_valid_answers_pass_unchanged(server: FakeServer) -> None:
+    # rounded by the server (sum 0.999), a tie named as the choice: the probabilities come back as sent
+    tone = {**_TONE, "choice": "calm", "probabilities": {"calm": 0.5, "angry": 0.5}}
+    urgency = {**_URGENCY, "probabilities": {"0": 0.333, "1": 0.333, "2": 0.333}}
+    payload = {"model": "m", "answers": {"q0": {"type": "noul", "noul": 1.0}, "q1": tone, "q2": urgency}, "usage": {"input_tokens": 3, "output_tokens": 0}}
+    server.override = lambda request: httpx2.Response(200, json=payload, headers={"x-typesafe-request-id": "r"})
+    backend = RemoteBackend(base_url="http://fake", api_key="k", model="m", transport=httpx2.MockTransport(server), retry=NO_RETRY)
+    (result,) = backend.answer([BackendRequest(STATE, tuple(normalize_questions(GENERIC).values()))])
+    assert result.probabilities == ((1.0,), (0.5, 0.5), (0.333, 0.333, 0.333))
