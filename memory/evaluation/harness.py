@@ -31,7 +31,7 @@ from memory.evaluation.bootstrap import Interval, bootstrap_intervals, paired_di
 from memory.evaluation.cache import CachedEmbedder
 from memory.evaluation.costs import jevmem_costs, router_diagnostics, write_quality
 from memory.evaluation.jevmem import ConversationRun, EngineFactory, run_conversation
-from memory.evaluation.metrics import BUDGETS, KS, GroupTable, Item, QuestionScore, aggregate, score_items
+from memory.evaluation.metrics import BUDGETS, KS, GroupTable, Item, QuestionScore, aggregate, score_items, turn_ranks
 from memory.store import open_store
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,8 @@ def scored_questions(conversation: Conversation) -> list[Question]:
 
 def _score(conv: Conversation, q: Question, items: Sequence[Item], config: EvalConfig, returned: bool) -> QuestionScore:
     values = score_items(items, q.evidence, ks=config.ks, budgets=config.budgets, returned=returned)
-    return QuestionScore(conv.sample_id, q.qid, q.category, len(q.evidence), values)
+    ranks = turn_ranks(items)
+    return QuestionScore(conv.sample_id, q.qid, q.category, len(q.evidence), values, {g: ranks.get(g) for g in q.evidence})
 
 
 def _turn_items(conv: Conversation, order: Sequence[int], limit: int) -> list[Item]:

@@ -57,6 +57,7 @@ class QuestionScore:
     category: int
     n_gold: int
     values: dict[str, float]
+    gold_ranks: dict[str, int | None] = field(default_factory=dict)  # gold turn -> 1-based rank (None: not returned)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Renders an `EvalReport`: `report.json` (summary), `questions.jsonl` (per-question values) and `report.md`."""
+"""Renders an `EvalReport`: `report.json` (summary), `questions.jsonl` (per-question values, and `gold_ranks`: each
+gold turn's 1-based rank among the items returned, null when it was not among them) and `report.md`."""
 
 from __future__ import annotations
 
@@ -227,7 +228,7 @@ def write_report(report: EvalReport, out_dir: str | Path) -> dict[str, Path]:
         for result in report.systems.values():
             for s in result.scores:
                 row = {"system": result.name, "conversation": s.conversation, "qid": s.qid, "category": s.category,
-                       "n_gold": s.n_gold, **s.values}
+                       "n_gold": s.n_gold, **s.values, "gold_ranks": s.gold_ranks}
                 fh.write(json.dumps(_clean(row)) + "\n")
     paths["markdown"].write_text(to_markdown(report), encoding="utf-8")
     return paths

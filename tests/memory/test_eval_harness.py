@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,9 @@ from data.locomo import Conversation, load_locomo
 from memory.evaluation import EvalConfig, run_locomo, to_markdown, write_report
 from memory.evaluation.baselines import Ranking, bm25_rank, bm25_text, dense_rank, dense_text, rrf_fuse
 from memory.evaluation.cache import CachedEmbedder
-from memory.evaluation.harness import scored_questions, truncate
+from memory.evaluation.harness import _score, scored_questions, truncate
 from memory.evaluation.jevmem import evidence_pairs
+from memory.evaluation.metrics import Item
 from memory.types import Evidence, LinkStatus, Observation, QueryResult, TraceStep, WriteResult
 
 
@@ -133,7 +135,9 @@ def test_fake_engine_run_scores_and_sees_only_turns(convs: list[Conversation]) -
     # the fake returns every turn, so R@20 is perfect; at 10 tokens only the latest turn fits
     assert fake.table is not None and fake.table.means["1-5"]["R_all@20"] == 1.0
     first = next(s for s in fake.scores if s.qid == "locomo_0_qa1")  # evidence D2:1, 4th from the end
-    assert first.values["MRR"] == pytest.approx(1 / 4)
+    assert first.values["MRR"] == pytest.approx(1 / 4) and first.gold_ranks == {"D2:1": 4}
+    cut = _score(convs[0], replace(convs[0].questions[1], evidence=("D2:1", "D1:1")), [Item(("D2:1",))], config, False)
+    assert cut.gold_ranks == {"D2:1": 1, "D1:1": None}  # a gold turn not returned has no rank
     assert first.values["items@ret"] == 8.0
     assert fake.costs["writes"] == 14 and fake.costs["controller_questions_per_write"] == 9
     assert fake.costs["write_phases"]["judgment"]["total_s"] == pytest.approx(14 * 3.0 / 1000)
@@ -208,8 +212,6 @@ def test_max_turns_keeps_the_questions_the_prefix_answers(convs: list[Conversati
 
 
 def test_a_question_without_text_is_not_scored_and_does_not_stop_the_engine(convs: list[Conversation]) -> None:
-    from dataclasses import replace
-
     first = convs[0]
     blank = replace(first.questions[0], qid="blank", question="  ")
     conv = replace(first, questions=(*first.questions, blank))

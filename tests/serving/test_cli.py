@@ -133,6 +133,8 @@ def test_eval_locomo_writes_reports(tmp_path: Path, capsys: pytest.CaptureFixtur
     report = json.loads((out_dir / "report.json").read_text())
     assert report["conversations"] == ["conv-26"] and report["questions"] == 5
     assert (out_dir / "report.md").exists() and (out_dir / "questions.jsonl").exists()
+    rows = [json.loads(line) for line in (out_dir / "questions.jsonl").read_text().splitlines()]
+    assert rows and all(set(r["gold_ranks"]) and all(v is None or v >= 1 for v in r["gold_ranks"].values()) for r in rows)
     code, out, err = run(
         capsys, "eval", "locomo", "--data", str(data), "--audit", str(audit), "--conversations", "conv-26", "--systems", "rrf,jevmem-heuristic",
         "--reference", "jevmem-heuristic", "--embedder", "hashing", "--baseline-embedder", "hashing", "--bootstrap", "20",
