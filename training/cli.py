@@ -1,6 +1,7 @@
 """`python -m training fit | calibrate | evaluate | export | all`: the training pipeline's stages.
 
-    python -m training all --locomo PATH --audit PATH            # = make train
+    python -m training all --locomo PATH --audit PATH            # the pipeline on its defaults; `make train` adds
+                                                                 # the shipped recipe's flags (see the Makefile)
     python -m training fit --steps 1500 [--resume]
     python -m training fit-specialist --specialist relevance --specialist-steps 1000 [--resume]
     python -m training evaluate --model-dir DIR

@@ -275,8 +275,8 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         f"# {m.get('name')} {m.get('version')}",
         "",
         "Local System One controller for Jev-Mem: the packed MiniLM-L6 cross-encoder (sentence-transformers/all-MiniLM-L6-v2, "
-        f"6 layers, 384 hidden) with a LoRA adapter ({_lora_text(fit.get('config') or {})}) and a fully trained "
-        "3-way readout head (Noul / Choice option / Score level), temperature-calibrated per question kind and option count, "
+        f"6 layers, 384 hidden) with a LoRA adapter ({_lora_text(fit.get('config') or {})}) and a fully fine-tuned (not LoRA) "
+        "3-way readout head (Noul / Choice option / Score level; the Score output sees no catalogue data, see Limits), temperature-calibrated per question kind and option count, "
         "with a temperature of its own for each Jev-Mem catalogue family, and each catalogue question, that has enough "
         f"calibration data (a question's own only where it beats its family's across {folds}), and a Noul bias "
         "(Platt) at each level where that cross-validation keeps it"
