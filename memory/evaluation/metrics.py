@@ -162,6 +162,30 @@ def aggregate(scores: Iterable[QuestionScore]) -> GroupTable:
     return GroupTable(means=means, counts={g: counts[g] for g in GROUPS if g in counts}, metrics=tuple(metrics))
 
 
+RANK_BANDS: tuple[int, ...] = (5, 10)
+
+
+def gold_rank_shares(scores: Iterable[QuestionScore], query_k: int, bands: Sequence[int] = RANK_BANDS) -> dict[str, dict[str, float]]:
+    """Per group ('1'..'5', '1-4', '1-5'): the share of gold turns (every gold turn of every question counts once)
+    returned at ranks 1-5, 6-10, 11-`query_k`, or not returned at all, and `turns`, their count. It says whether
+    missed evidence ranks just below the cut (a ranking problem) or never reaches the returned list (a pool problem)."""
+    edges = [*sorted(b for b in bands if b < query_k), query_k]
+    names = [f"{lo + 1}-{hi}" for lo, hi in zip([0, *edges[:-1]], edges)] + ["not returned"]
+    counts: dict[str, dict[str, int]] = {}
+    for s in scores:
+        for rank in s.gold_ranks.values():
+            band = names[-1] if rank is None or rank > query_k else names[next(i for i, e in enumerate(edges) if rank <= e)]
+            for group in group_of(s.category):
+                acc = counts.setdefault(group, dict.fromkeys(names, 0))
+                acc[band] += 1
+    out: dict[str, dict[str, float]] = {}
+    for group in GROUPS:
+        if group in counts:
+            total = sum(counts[group].values())
+            out[group] = {**{n: c / total for n, c in counts[group].items()}, "turns": float(total)}
+    return out
+
+
 def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
     """Area under the ROC curve (Mann-Whitney, ties count one half); None when a class is empty."""
     if len(scores) != len(labels):

@@ -11,7 +11,7 @@ from typing import Any
 
 from memory.evaluation.bootstrap import MIN_CLUSTERS, Interval
 from memory.evaluation.harness import EvalReport, SystemResult
-from memory.evaluation.metrics import CATEGORY_LABELS
+from memory.evaluation.metrics import CATEGORY_LABELS, gold_rank_shares
 
 HEADLINE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("R_any@10", "1-5", "R_any@10"),
@@ -70,7 +70,8 @@ def report_dict(report: EvalReport) -> dict[str, Any]:
             "questions": report.questions,
             "seconds": report.seconds,
             "notes": report.notes,
-            "systems": {name: system_dict(r) for name, r in report.systems.items()},
+            "systems": {name: {**system_dict(r), "gold_rank_shares": gold_rank_shares(r.scores, report.config.query_k)}
+                        for name, r in report.systems.items()},
         }
     )
 
@@ -122,6 +123,7 @@ def to_markdown(report: EvalReport) -> str:
     if ok and ok[0].table is not None:
         lines.append("")
         lines.append("Questions per group: " + ", ".join(f"{g}: {ok[0].table.counts.get(g, 0)}" for g in groups))
+    lines += _rank_bands(ok, cfg.query_k)
     lines += ["", "## Cut-offs and token budgets (R_frac / R_all, categories 1-5)", ""]
     cuts = [str(k) for k in cfg.ks] + [f"{b}t" for b in cfg.budgets] + ["ret"]
     rows = []
@@ -151,6 +153,18 @@ def to_markdown(report: EvalReport) -> str:
         lines += _table(["system", *keys], [[r.name, *(_ci(r.question_paired.get(k)) for k in keys)] for r in paired])
     lines += _costs(ok)
     return "\n".join(lines) + "\n"
+
+
+def _rank_bands(results: list[SystemResult], query_k: int) -> list[str]:
+    """Where the gold turns rank, all categories and multi-hop: just below the cut, or not returned at all."""
+    shares = {r.name: gold_rank_shares(r.scores, query_k) for r in results}
+    bands = next((list(v["1-5"])[:-1] for v in shares.values() if "1-5" in v), [])
+    if not bands:
+        return []
+    lines = ["", "## Where the gold turns rank (share of gold turns; categories 1-5 / multi-hop)", ""]
+    rows = [[name, *(f"{_f(v.get('1-5', {}).get(b))} / {_f(v.get('1', {}).get(b))}" for b in bands),
+             f"{_f(v.get('1-5', {}).get('turns'), 0)} / {_f(v.get('1', {}).get('turns'), 0)}"] for name, v in shares.items()]
+    return lines + _table(["system", *bands, "gold turns"], rows)
 
 
 def _reference_check(report: EvalReport) -> list[str]:
