@@ -1,6 +1,6 @@
 """Cross-request micro-batching: a bounded queue in front of one backend worker.
 
-Stages: the request handler plans (validates, deduplicates) on the event loop and submits the key-free
+Stages: the request handler plans (validates, deduplicates; big bodies in a worker thread) and submits the key-free
 `BackendRequest`; the worker forms a batch and runs ONE `backend.answer(batch)` call in its own thread; the
 handler post-processes its own result (`finish_request`). While a forward pass runs, new requests queue up,
 so under load batches grow by themselves (greedy batching); `max_wait_s` only adds a short wait for company
@@ -8,7 +8,10 @@ when the queue is shallow. Batching off is the same pipeline with `max_batch_siz
 
 Batches are also sized by time: the worker keeps an estimate of the forward cost per request and never
 forms a batch that would overrun the deadline of its most urgent member, and a request that could not be
-answered in time even alone is failed at once (503) instead of costing a forward pass nobody will read.
+answered in time even alone is failed at once (503) instead of costing a forward pass nobody will read. That
+verdict needs a current estimate, and failing requests fast measures nothing: once the backend has sat idle
+for longer than the estimated cost, nobody is failed fast and the next batch (sized as usual) re-measures, so
+a few slow calls (a huge request and the SDK's retries of it) cannot get every later request refused.
 Without this, a slow backend under load forms ever larger batches that all time out (zero goodput).
 And batching must pay for itself: `BatchTuner` starts with batches of 2, grows the cap while full batches
 cost no more per request than single calls, and halves it while they are clearly dearer (a backend whose
@@ -16,7 +19,8 @@ batch path pads badly), re-probing now and then; batching on is then never much 
 
 Failure modes never hang: a full queue raises `OverloadedError` (429) at once, a request that misses its
 deadline raises `RequestTimeoutError` (503) and is dropped from the queue, a closed batcher raises
-`NotReadyError` (503). A request-level error inside a batch (too long, unsupported) does not fail its
+`NotReadyError` (503), and a backend fault that cannot be handed to a request as is (a StopIteration, a
+malformed result) fails that batch with `BackendError` (500) instead of ending the worker. A request-level error inside a batch (too long, unsupported) does not fail its
 neighbours: the batch is retried one request at a time so each gets its own result or error.
 """
 
@@ -130,12 +134,14 @@ class Batcher:
         self.tuner = BatchTuner(max_batch_size)
         self.batches = 0
         self._last_batch = 0
+        self._forward_done = time.monotonic()  # when the last forward call ended (or the batcher started)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         if self._worker is not None:
             return
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jevmem-forward")
+        self._forward_done = time.monotonic()
         self._accepting = True
         self._worker = asyncio.create_task(self._run(), name="jevmem-batcher")
 
@@ -257,13 +263,24 @@ class Batcher:
                     if not job.future.done():
                         job.future.set_exception(NotReadyError("the server is shutting down", retry_after_ms=1000))
                 raise
+            except Exception as error:  # noqa: BLE001 - a dead worker would leave every later request to time out
+                # e.g. a StopIteration from the backend (a future refuses it) or a result that breaks the bookkeeping
+                log.error("batch of %d could not be completed: %r", len(batch), error, exc_info=error)
+                for job in batch:
+                    if not job.future.done():
+                        failure = BackendError(f"the backend's answer could not be used: {error!r}")
+                        failure.__cause__ = error
+                        job.future.set_exception(failure)
             finally:
+                self._forward_done = time.monotonic()
                 self._idle.set()
 
     def _take_batch(self) -> list[_Job]:
         """FIFO jobs, as many as fit the tuner's cap and the time left to the most urgent of them."""
         now = time.monotonic()
         cost = self.per_request_s
+        # An idle backend is measured again before anyone is refused on the estimate's word (see the docstring).
+        stale = cost is not None and now - self._forward_done > cost
         batch: list[_Job] = []
         urgent = math.inf
         while self._queue and len(batch) < self.tuner.cap:
@@ -273,7 +290,7 @@ class Batcher:
                 continue
             remaining = job.deadline - now
             if cost is not None:
-                if remaining < 0.5 * cost:  # hopeless even alone: answer 503 now, spend nothing on it
+                if remaining < 0.5 * cost and not stale:  # hopeless even alone: answer 503 now, spend nothing on it
                     self._queue.popleft()
                     job.future.set_exception(
                         RequestTimeoutError("the server cannot answer within its deadline; retry later", retry_after_ms=self.retry_after_ms())

@@ -34,7 +34,7 @@ from serving.memory_schemas import (
 )
 from serving.errors import NotFoundError
 from serving.runtime import MemoryService, get_memory
-from serving.wire import ErrorResponse, ValidationErrorResponse, parse_json
+from serving.wire import ErrorResponse, ValidationErrorResponse, parse_json_off_loop
 
 
 class StrictJSONRequest(Request):
@@ -42,7 +42,7 @@ class StrictJSONRequest(Request):
         if not hasattr(self, "_json"):
             body = await self.body()
             try:
-                self._json = parse_json(body)
+                self._json = await parse_json_off_loop(body)
             except RequestValidationError as error:
                 issue = error.errors()[0]
                 pos = issue["loc"][1] if len(issue["loc"]) > 1 and isinstance(issue["loc"][1], int) else 0

@@ -8,6 +8,7 @@ as UTC), so naive and aware values never meet in a comparison; answers carry the
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, is_dataclass
 from datetime import datetime, timezone
 from enum import Enum
@@ -26,7 +27,10 @@ Relation = Literal[RELATIONS]  # type: ignore[valid-type]
 
 def _naive_utc(value: datetime | None) -> datetime | None:
     if value is not None and value.tzinfo is not None:
-        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        try:
+            value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        except OverflowError as error:  # e.g. 0001-01-01T00:00+01:00 is before year 1 in UTC
+            raise PydanticCustomError("datetime_range", "Input is outside the representable date-time range once converted to UTC") from error
     return value
 
 
@@ -46,10 +50,20 @@ def _json_int(value: Any) -> Any:
     return value
 
 
+_NUMERIC = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)\s*")  # what lax mode would read as a number
+
+
 def _iso_text(value: Any) -> Any:
     """Timestamps as ISO 8601 text only (pydantic's lax mode would read a number as a Unix time)."""
     if value is not None and not isinstance(value, (str, datetime)):
         raise PydanticCustomError("datetime_type", "Input should be an ISO 8601 date-time string")
+    if isinstance(value, str) and _NUMERIC.fullmatch(value):
+        # Lax mode reads digits in a string as a Unix time too ("20240101" -> 1970-08-23); the only ISO 8601
+        # reading of plain digits is the basic date, which `jevmem ingest` (datetime.fromisoformat) takes as well.
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError as error:
+            raise PydanticCustomError("datetime_type", "Input should be an ISO 8601 date-time string, not a number") from error
     return value
 
 

@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 REQUEST_ID_HEADER = "x-typesafe-request-id"
 _NO_BODY_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _DEFAULT_ERROR_TYPES = {400: "invalid_request_error", 404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+# Metric label values come from fixed sets: any HTTP token is a legal method, and a label per client-chosen
+# method would grow the metrics without bound.
+_METHOD_LABELS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 def mark_error(scope: Scope, error_type: str) -> None:
@@ -59,7 +62,7 @@ class RequestContextMiddleware:
         request_id = "req_" + uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
         started = time.perf_counter()
-        status = 500
+        status = 499  # counted when no response goes out: the client hung up before its body was in (nginx's code)
         response_started = False
 
         async def send_with_id(message: Message) -> None:
@@ -81,9 +84,10 @@ class RequestContextMiddleware:
             self.metrics.in_flight.dec()
             route = scope.get("route")
             label = getattr(route, "path", None) or "unmatched"
-            self.metrics.requests.inc(route=label, method=str(scope.get("method", "")), status=str(status))
+            method = str(scope.get("method", ""))
+            self.metrics.requests.inc(route=label, method=method if method in _METHOD_LABELS else "other", status=str(status))
             self.metrics.latency.observe(time.perf_counter() - started, route=label)
-            if status >= 400:
+            if status >= 400 and response_started:
                 error_type = scope.get("state", {}).get("error_type") or _DEFAULT_ERROR_TYPES.get(status, f"http_{status}")
                 self.metrics.errors.inc(error_type=error_type)
 
@@ -103,7 +107,7 @@ class BodyMiddleware:
         limit = self.max_bytes
         declared = headers.get("content-length")
         if declared is not None:
-            if not declared.strip().isdigit():
+            if not (declared.isascii() and declared.strip().isdigit()):  # isdigit alone takes "²", which int() refuses
                 await send_error(scope, send, 400, "invalid_request_error", "Content-Length is not a number")
                 return
             if int(declared) > limit:

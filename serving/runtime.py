@@ -143,7 +143,7 @@ class Runtime:
         """One tiny request end to end; `/readyz` reports ready once this has succeeded."""
         self._last_warmup = time.monotonic()
         try:
-            planned = self.plan(WARMUP_STATE, WARMUP_QUESTIONS, model=None)
+            planned = await self.plan(WARMUP_STATE, WARMUP_QUESTIONS, model=None)
             assert self.batcher is not None
             await self.batcher.submit(planned.request, self.settings.request_timeout_s)
         except Exception:  # noqa: BLE001 - not ready is a state, reported by /readyz
@@ -158,16 +158,25 @@ class Runtime:
             await self.warm_up()
         return self.ready and not self.stopping
 
-    def plan(self, state: Any, questions: Any, *, model: str | None, assets: Any = None) -> PlannedRequest:
-        """The plan stage: validate, deduplicate and (with a token budget) count tokens."""
-        if self.backend is None:
+    async def plan(
+        self, state: Any, questions: Any, *, model: str | None, assets: Any = None, in_thread: bool = False
+    ) -> PlannedRequest:
+        """The plan stage: validate, deduplicate and (with a token budget) count tokens. `in_thread` for big
+        bodies: planning megabytes takes seconds, which the event loop should spend serving others."""
+        backend = self.backend
+        if backend is None:
             raise NotReadyError("the model is not loaded yet", retry_after_ms=1000)
-        planned = plan_request(self.backend, state, questions, model=model, assets=assets)
-        if self.settings.token_budget is not None:
-            from controller.template import count_input_tokens
+        budget = self.settings.token_budget
 
-            count_input_tokens(planned.request, max_request_tokens=self.settings.token_budget)
-        return planned
+        def plan() -> PlannedRequest:
+            planned = plan_request(backend, state, questions, model=model, assets=assets)
+            if budget is not None:
+                from controller.template import count_input_tokens
+
+                count_input_tokens(planned.request, max_request_tokens=budget)
+            return planned
+
+        return await asyncio.to_thread(plan) if in_thread else plan()
 
     async def stop(self) -> None:
         self.stopping = True

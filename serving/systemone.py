@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from controller.client import finish_request, wire_payload
 from controller.models import listed_models
 from serving.runtime import Runtime, get_runtime
-from serving.wire import ErrorResponse, ModelList, SystemOneResponse, ValidationErrorResponse, read_systemone_body
+from serving.wire import INLINE_BODY_BYTES, ErrorResponse, ModelList, SystemOneResponse, ValidationErrorResponse, read_systemone_body
 
 router = APIRouter(tags=["System One"])
 TRUNCATED_HEADER = "x-jevmem-truncated-tokens"
@@ -48,7 +48,9 @@ async def system_one(request: Request, runtime: Runtime = Depends(get_runtime)) 
     assets = body.envelope.assets
     if not assets and body.asset_parts:
         assets = {name: {"type": "image", "part": name} for name in body.asset_parts}
-    planned = runtime.plan(body.payload["state"], body.payload["questions"], model=body.envelope.model, assets=assets)
+    planned = await runtime.plan(
+        body.payload["state"], body.payload["questions"], model=body.envelope.model, assets=assets, in_thread=body.size > INLINE_BODY_BYTES
+    )
     assert runtime.batcher is not None
     result = await runtime.batcher.submit(planned.request, runtime.settings.request_timeout_s)
     response = finish_request(planned, result)

@@ -9,6 +9,7 @@ OpenAPI; they mirror what the controller accepts and are not a second validator.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from email.message import Message
@@ -22,6 +23,7 @@ from pydantic_core import PydanticCustomError
 from serving.errors import UnsupportedMediaTypeError
 
 MAX_NESTING = 64  # JSON depth accepted in a request body (state and question content included)
+INLINE_BODY_BYTES = 16 * 1024  # bodies up to this size are parsed and planned on the event loop (about a millisecond)
 
 Text = Union[str, dict[str, Any], list[Any]]
 
@@ -186,6 +188,7 @@ class ParsedBody:
     envelope: Envelope
     payload: dict[str, Any]  # the raw JSON object, handed to the controller as sent
     asset_parts: tuple[str, ...]  # names of multipart parts other than `request`
+    size: int  # bytes of the JSON text: bodies of megabytes take seconds to parse and plan
 
 
 def _media_type(request: Request) -> str:
@@ -215,7 +218,7 @@ async def read_systemone_body(request: Request, max_bytes: int) -> ParsedBody:
         raw = await request.body()
     else:
         raise UnsupportedMediaTypeError(f"content type {media!r} is not supported; send application/json (or multipart/form-data)")
-    payload = parse_json(raw)
+    payload = await parse_json_off_loop(raw)
     if not isinstance(payload, dict):
         raise RequestValidationError([_issue(("body",), "Input should be a valid dictionary or object to extract fields from", "model_attributes_type")])
     try:
@@ -224,7 +227,14 @@ async def read_systemone_body(request: Request, max_bytes: int) -> ParsedBody:
         raise RequestValidationError(
             [_issue(("body", *e["loc"]), e["msg"], e["type"]) for e in error.errors(include_url=False)]
         ) from error
-    return ParsedBody(envelope, payload, asset_parts)
+    return ParsedBody(envelope, payload, asset_parts, len(raw))
+
+
+async def parse_json_off_loop(raw: bytes | str) -> Any:
+    """`parse_json`, in a worker thread for bodies big enough (megabytes: seconds) to stall the event loop."""
+    if len(raw) <= INLINE_BODY_BYTES:
+        return parse_json(raw)
+    return await asyncio.to_thread(parse_json, raw)
 
 
 def parse_json(raw: bytes | str) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from typing import Any
 
 import httpx2
@@ -252,3 +253,62 @@ def test_tuner_grows_the_cap_while_full_batches_pay() -> None:
     for _ in range(10):
         tuner.observe(3, 0.5, 300)  # batches dearer per token than single calls: back off
     assert tuner.cap < 32
+
+
+async def test_one_slow_call_does_not_refuse_every_later_request() -> None:
+    """The cost estimate must be re-measured: one very slow forward pass (a huge request, a stall) once made
+    every later request 'hopeless', failed without a forward pass, so the estimate never recovered (503s forever)."""
+
+    class OnceSlow(FakeBackend):
+        def answer(self, requests: Any) -> Any:
+            if any(r.state == "huge" for r in requests):
+                time.sleep(0.6)
+            return super().answer(requests)
+
+    backend = OnceSlow()
+    batcher = Batcher(backend, max_batch_size=4, max_wait_s=0)
+    await batcher.start()
+    try:
+        with pytest.raises(RequestTimeoutError):
+            await batcher.submit(_request(backend, "huge"), 0.2)  # its forward pass still measures 0.6 s
+        give_up, in_a_row = time.monotonic() + 3.0, 0
+        while in_a_row < 3:  # small requests, as a client that keeps retrying sends them: served again soon
+            try:
+                await batcher.submit(_request(backend, "small"), 0.2)
+                in_a_row += 1
+            except RequestTimeoutError:
+                assert time.monotonic() < give_up, "every request after one slow call is refused"
+                in_a_row = 0
+                await asyncio.sleep(0.05)
+    finally:
+        await batcher.close(1.0)
+
+
+@pytest.mark.parametrize("fault", ["stop_iteration", "bad_result"])
+async def test_a_backend_fault_never_kills_the_worker(fault: str) -> None:
+    """A StopIteration escaping the backend (it cannot be set on a future) or a malformed result used to end
+    the worker task: that request and every later one waited for their deadline (503s forever), and close()
+    raised."""
+
+    class Buggy(FakeBackend):
+        broken = True
+
+        def answer(self, requests: Any) -> Any:
+            if self.broken:
+                self.broken = False
+                if fault == "stop_iteration":
+                    next(iter(()))  # the classic escaping StopIteration
+                return [replace(r, input_tokens=None) for r in super().answer(requests)]  # a count the backend did not know
+            return super().answer(requests)
+
+    backend = Buggy()
+    batcher = Batcher(backend, max_batch_size=4, max_wait_s=0)
+    await batcher.start()
+    try:
+        started = time.monotonic()
+        failed = await asyncio.gather(batcher.submit(_request(backend, "a"), 5.0), return_exceptions=True)
+        assert time.monotonic() - started < 2.0 and isinstance(failed[0], Exception) and not isinstance(failed[0], RequestTimeoutError)
+        result = await batcher.submit(_request(backend, "b"), 2.0)
+        assert len(result.probabilities) == 2
+    finally:
+        await batcher.close(1.0)

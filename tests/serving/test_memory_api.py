@@ -73,6 +73,9 @@ async def test_batch_write_query_links_and_stats(fake_memory: tuple[httpx2.Async
         ("POST", "/observations", {"content": "   "}),
         ("POST", "/observations", {"content": "x", "surprise": 1}),
         ("POST", "/observations", {"content": "x", "observed_at": "yesterday"}),
+        ("POST", "/observations", {"content": "x", "observed_at": "0001-01-01T00:00:00+01:00"}),  # before year 1 in UTC (was a 500)
+        ("POST", "/observations", {"content": "x", "event_time": "9999-12-31T23:59:59-01:00"}),  # after 9999 in UTC (was a 500)
+        ("POST", "/observations/batch", {"observations": [{"content": "x", "observed_at": "0001-01-01T00:00:00+14:00"}]}),
         ("POST", "/observations", {"content": 5}),
         ("POST", "/observations/batch", {"observations": []}),
         ("POST", "/query", {"text": "q", "k": 0}),
@@ -186,6 +189,7 @@ async def test_real_engine_round_trip(real_memory: httpx2.AsyncClient) -> None:
     ("path", "payload"),
     [
         ("/observations", {"content": "x", "observed_at": 1700000000}),
+        ("/observations", {"content": "x", "observed_at": "1700000000"}),  # a number in a string is no Unix time either
         ("/query", {"text": "q", "answer": 0}),
         ("/query", {"text": "q", "k": "5"}),
         ("/query", {"text": "q", "k": 2.5}),
@@ -194,6 +198,16 @@ async def test_real_engine_round_trip(real_memory: httpx2.AsyncClient) -> None:
 async def test_no_lax_coercion(fake_memory: tuple[httpx2.AsyncClient, FakeEngine], path: str, payload: Any) -> None:
     client, _ = fake_memory
     assert (await client.post(M + path, json=payload)).status_code == 422
+
+
+async def test_a_basic_format_iso_date_is_that_date(fake_memory: tuple[httpx2.AsyncClient, FakeEngine]) -> None:
+    """`20240101` is ISO 8601's basic date (as `jevmem ingest` reads it); pydantic's lax mode used to store it as
+    the Unix time 20240101 s, 1970-08-23T06:15:01."""
+    client, _ = fake_memory
+    r = await client.post(f"{M}/observations", json={"content": "x", "observed_at": "20240101"})
+    assert r.status_code == 201, r.text
+    node = (await client.get(f"{M}/nodes/{r.json()['node_id']}")).json()["node"]
+    assert node["observed_at"] == "2024-01-01T00:00:00Z"
 
 
 async def test_integral_floats_are_integers(fake_memory: tuple[httpx2.AsyncClient, FakeEngine]) -> None:

@@ -158,3 +158,40 @@ def test_batch_ceiling_times_singles_against_one_batched_call() -> None:
 
     ratios = batch_ceiling("heuristic", {}, n=4, trials=3)
     assert len(ratios) == 3 and all(r > 0 for r in ratios)
+
+
+async def test_metric_labels_stay_bounded_whatever_the_client_sends(client: Any) -> None:
+    """Any HTTP token is a legal method on the wire; each one used to become its own series (unbounded memory,
+    an ever-growing /metrics page) for any client, even an unauthenticated one."""
+    for i in range(40):
+        r = await client.request(f"X-PROBE-{i}", "/v1/systemone")
+        assert r.status_code == 405
+    text = (await client.get("/metrics")).text
+    series = [line for line in text.splitlines() if line.startswith("jevmem_http_requests_total{")]
+    assert len(series) <= 3, series
+    assert _sample(text, "jevmem_http_requests_total", method="other", status="405") == 40
+
+
+async def test_a_client_that_hangs_up_mid_body_is_no_server_error(make_app: Any) -> None:
+    """A client gone before its whole body arrived gets no response; that used to be counted as a 500 (and an
+    `http_500` error), so every aborted upload looked like a server fault on a 5xx dashboard."""
+    app = make_app()
+    messages = iter([{"type": "http.request", "body": b'{"model": "jev-', "more_body": True}, {"type": "http.disconnect"}])
+    sent: list[Any] = []
+
+    async def receive() -> Any:
+        return next(messages)
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http", "path": "/v1/systemone",
+             "raw_path": b"/v1/systemone", "query_string": b"", "root_path": "", "headers": [(b"content-type", b"application/json")],
+             "client": ("127.0.0.1", 1), "server": ("local", 80)}  # fmt: skip
+    async with serving(app) as client:
+        await app(scope, receive, send)
+        text = (await client.get("/metrics")).text
+    assert sent == []
+    assert not [line for line in text.splitlines() if line.startswith("jevmem_http_requests_total{") and 'status="5' in line]
+    assert not [line for line in text.splitlines() if line.startswith("jevmem_errors_total{")]
+    assert _sample(text, "jevmem_http_requests_total", method="POST", status="499") == 1

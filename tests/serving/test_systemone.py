@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+import threading
+import time
 from typing import Any
 
 import httpx2
@@ -156,6 +159,71 @@ async def test_the_serving_token_budget_counts_tokens_before_queueing(make_app: 
         assert (await client.post("/v1/systemone", json=body(state="short"))).status_code == 200
 
 
+class _Stall:
+    """Wraps a step of request handling: on a huge input it signals and lingers (standing in for the seconds
+    a body of megabytes really takes, whatever the machine), so a test can look at the server meanwhile."""
+
+    def __init__(self, real: Any, size: Any) -> None:
+        self.real, self.size = real, size
+        self.started, self.done = threading.Event(), threading.Event()
+
+    async def wait_started(self) -> None:
+        for _ in range(2000):
+            if self.started.is_set():
+                return
+            await asyncio.sleep(0.005)
+        raise AssertionError("the huge request never reached the step")
+
+    def __call__(self, *args: Any, **kw: Any) -> Any:
+        huge = self.size(*args) > 100_000
+        if huge:
+            self.started.set()
+            time.sleep(1.0)
+        try:
+            return self.real(*args, **kw)
+        finally:
+            if huge:
+                self.done.set()
+
+
+@pytest.mark.parametrize("step", ["parse", "plan", "count"])
+async def test_a_huge_body_leaves_the_server_responsive(make_app: Any, monkeypatch: pytest.MonkeyPatch, step: str) -> None:
+    """Parsing, validating and (with a token budget) tokenizing a body of megabytes takes seconds; all three
+    ran on the event loop, which served nobody else (health checks, small requests) meanwhile."""
+    from controller import template
+    from serving import runtime, wire
+
+    module, name, size = {
+        "parse": (wire, "check_tree", lambda value: len(str(value))),
+        "plan": (runtime, "plan_request", lambda backend, state, *_: len(str(state))),
+        "count": (template, "count_input_tokens", lambda request: len(str(request.state))),
+    }[step]
+    stall = _Stall(getattr(module, name), size)
+    monkeypatch.setattr(module, name, stall)
+    async with serving(make_app(token_budget=100_000)) as client:
+        huge = asyncio.create_task(client.post("/v1/systemone", json=body(state="word " * 50_000)))
+        await stall.wait_started()
+        small = await client.post("/v1/systemone", json=body(state="short"))
+        health = await client.get("/healthz")
+        assert not stall.done.is_set(), f"the event loop waited for the {step} step of a huge request"
+        assert small.status_code == 200 and health.status_code == 200
+        assert (await huge).status_code == 413  # the model reads at most 512 positions
+
+
+async def test_a_huge_memory_body_is_parsed_off_the_event_loop(make_app: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from serving import wire
+    from tests.serving.fakes import FakeEngine
+
+    stall = _Stall(wire.check_tree, lambda value: len(str(value)))
+    monkeypatch.setattr(wire, "check_tree", stall)
+    async with serving(make_app(engine=FakeEngine())) as client:
+        huge = asyncio.create_task(client.post("/v1/memory/observations", json={"content": "big", "metadata": {"blob": "x" * 200_000}}))
+        await stall.wait_started()
+        assert (await client.get("/healthz")).status_code == 200
+        assert not stall.done.is_set(), "the event loop waited for a huge memory body to be parsed"
+        assert (await huge).status_code == 201
+
+
 @pytest.mark.parametrize(
     ("raw", "content_type"),
     [
@@ -204,6 +272,26 @@ async def test_bad_encodings_are_4xx(make_app: Any, raw: bytes, encoding: str, s
         r = await client.post("/v1/systemone", content=raw, headers={"content-type": "application/json", "content-encoding": encoding})
         assert r.status_code == status, r.text
         assert set(r.json()["detail"]) == {"error_type", "message"} and RID in r.headers
+
+
+@pytest.mark.parametrize("declared", [b"\xb2", b"-1", b"12_0"])  # b"\xb2" is "²" in latin-1, a digit to str.isdigit
+async def test_a_bad_content_length_is_400_not_500(make_app: Any, declared: bytes) -> None:
+    """Servers in front (h11, httptools) refuse these already; the app must not 500 when one does get through."""
+    app = make_app()
+    sent: list[Any] = []
+
+    async def receive() -> Any:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http", "path": "/v1/systemone",
+             "raw_path": b"/v1/systemone", "query_string": b"", "root_path": "", "client": ("127.0.0.1", 1), "server": ("local", 80),
+             "headers": [(b"content-type", b"application/json"), (b"content-length", declared)]}  # fmt: skip
+    async with serving(app):
+        await app(scope, receive, send)
+    assert sent[0]["status"] == 400
 
 
 async def test_bodies_over_the_limit_are_413_declared_or_streamed(make_app: Any) -> None:
