@@ -10,7 +10,7 @@
                   [--systems bm25,dense,rrf,jevmem-heuristic] [--out DIR] ...
     jevmem eval sweep  --data PATH [--audit PATH] [--conversations ...] [--controller heuristic|local]
                   [--config PRESET|FILE.json] --variants '{"name": {read-path field: value}, ...}'
-    jevmem serve  [--host H] [--port P] [--controller NAME]
+    jevmem serve  [--host H] [--port P] [--controller NAME] [--db PATH [--embedder minilm]]
 
 JSONL input: one object per line with `content` (or `text`) and optional `observed_at`, `event_time` (ISO 8601),
 `speaker`, `source_ids`, `entities`, `metadata`. User errors print one line on stderr and exit with status 2.
@@ -272,7 +272,8 @@ def _eval_progress(label: str, total: int) -> Any:
 def cmd_serve(args: argparse.Namespace) -> int:
     from serving.server import run
 
-    run(args.host, args.port, args.controller)
+    overrides = {k: v for k, v in (("memory_db", args.db), ("embedder", args.embedder)) if v is not None}
+    run(args.host, args.port, args.controller, **overrides)
     return 0
 
 
@@ -374,6 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default=None)
     p.add_argument("--port", type=int, default=None)
     p.add_argument("--controller", default=None, help="controller backend name")
+    p.add_argument("--db", default=None, help="SQLite memory store: mounts the memory API (JEVMEM_MEMORY_DB)")
+    p.add_argument("--embedder", default=None, choices=("hashing", "minilm"), help="the memory store's embedder (JEVMEM_EMBEDDER)")
     p.set_defaults(func=cmd_serve)
     return parser
 

@@ -46,7 +46,8 @@ class StrictJSONRequest(Request):
             except RequestValidationError as error:
                 issue = error.errors()[0]
                 pos = issue["loc"][1] if len(issue["loc"]) > 1 and isinstance(issue["loc"][1], int) else 0
-                raise json.JSONDecodeError(str(issue["msg"]), body.decode("utf-8", "replace"), pos) from error
+                reason = str(issue["msg"]).removeprefix("JSON decode error: ")  # FastAPI adds the prefix again
+                raise json.JSONDecodeError(reason, body.decode("utf-8", "replace"), pos) from error
         return self._json
 
 

@@ -14,6 +14,8 @@
     JEVMEM_EMBEDDER            memory embedder (hashing | minilm)                   hashing
     JEVMEM_TOKEN_BUDGET        max packed input tokens per request, checked before queueing
                                with the model's tokenizer; unset = the backend's own limit only
+    JEVMEM_DRAIN_TIMEOUT_S     graceful shutdown: how long queued requests may finish  10
+    JEVMEM_WARMUP              one tiny request before /readyz says ready            on
 
 The request timeout stays below the SDK's 10 s default, so a slow answer becomes a retryable 503 the client
 sees instead of a client-side timeout.

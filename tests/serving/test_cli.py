@@ -170,9 +170,24 @@ def test_serve_calls_the_server(monkeypatch: pytest.MonkeyPatch, capsys: pytest.
     calls: list[tuple[Any, ...]] = []
     import serving.server
 
-    monkeypatch.setattr(serving.server, "run", lambda *args, **kwargs: calls.append(args))
+    monkeypatch.setattr(serving.server, "run", lambda *args, **kwargs: calls.append((*args, kwargs)))
     code, _, _ = run(capsys, "serve", "--host", "127.0.0.1", "--port", "8123", "--controller", "heuristic")
-    assert code == 0 and calls == [("127.0.0.1", 8123, "heuristic")]
+    assert code == 0 and calls == [("127.0.0.1", 8123, "heuristic", {})]
+    code, _, _ = run(capsys, "serve", "--db", "mem.sqlite", "--embedder", "minilm")
+    assert code == 0 and calls[-1] == (None, None, None, {"memory_db": "mem.sqlite", "embedder": "minilm"})
+
+
+def test_serve_with_a_db_mounts_the_memory_api(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from serving.app import create_app
+    from serving.settings import Settings
+
+    settings = Settings.from_env(memory_db=str(tmp_path / "mem.sqlite"))  # what `jevmem serve --db` passes on
+    with TestClient(create_app(settings)) as client:
+        written = client.post("/v1/memory/observations", json={"content": "Mira: I bought a bicycle."})
+        assert written.status_code == 201, written.text
+        assert "/v1/memory/query" in client.get("/openapi.json").json()["paths"]
 
 
 def test_module_entry_point(tmp_path: Path) -> None:
