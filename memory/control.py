@@ -131,12 +131,22 @@ def fits(node: Node, max_chars: int) -> bool:
     return len(node.content) <= max_chars
 
 
+def attributed(content: str, speaker: str | None) -> str:
+    """`Speaker: text` when the node has a speaker its text does not already name first (as JSONL ingest and
+    LoCoMo store it): whose words they are is part of what the controller judges (another person's preference is
+    not the user's). The stored content is never changed."""
+    if not speaker or content.casefold().startswith(f"{speaker.casefold()}:"):
+        return content
+    return f"{speaker}: {content}"
+
+
 def memory_state(node: Node, *, dated: bool = True) -> str:
-    """A node as the controller sees it: its text as data (never instructions), dated when known —
-    `[8 May 2023] Speaker: text`, the form the training data uses (`controller.families.memory_text`)."""
-    return memory_text(node.content, (node.event_time or node.observed_at) if dated else None)
+    """A node as the controller sees it: its text as data (never instructions), attributed to its speaker and
+    dated when known — `[8 May 2023] Speaker: text`, the form the training data uses
+    (`controller.families.memory_text`)."""
+    return memory_text(attributed(node.content, node.speaker), (node.event_time or node.observed_at) if dated else None)
 
 
 def clipped(text: str, max_chars: int) -> str:
-    """Read-path policy: a long evidence text is cut and visibly marked, never silently."""
+    """A long text in a state is cut and visibly marked, never silently."""
     return text if len(text) <= max_chars else text[: max_chars - 14].rstrip() + " [truncated]"

@@ -24,7 +24,7 @@ from controller.errors import BackendError
 from controller.families import MEMORY_TYPES, TEMPORAL_RELATIONS
 from memory.candidates import linkable_entities
 from memory.config import EngineConfig
-from memory.control import Controller, ask_batch_within_limit, choice, fits, keyed, memory_state, noul
+from memory.control import Controller, ask_batch_within_limit, attributed, choice, clipped, fits, keyed, memory_state, noul
 from memory.entities import clean_entities, extract_entities
 from memory.errors import ControllerOutputError, InvalidObservationError
 from memory.store.base import Store
@@ -121,9 +121,11 @@ def make_node(obs: Observation, *, seq: int, config: EngineConfig, known_names: 
     )
 
 
-def type_node(controller: Controller, content: str, config: EngineConfig) -> dict[str, float]:
-    """Phase 2: the four independent type scores. Raises BackendError / ControllerOutputError."""
-    answers = controller.ask({"observation": content[: config.max_memory_chars]}, keyed("", "typing", MEMORY_TYPES))
+def type_node(controller: Controller, content: str, config: EngineConfig, speaker: str | None = None) -> dict[str, float]:
+    """Phase 2: the four independent type scores, on the text attributed to its speaker (`attributed`) and cut
+    visibly to `max_memory_chars` (never silently). Raises BackendError / ControllerOutputError."""
+    text = clipped(attributed(content, speaker), config.max_memory_chars)
+    answers = controller.ask({"observation": text}, keyed("", "typing", MEMORY_TYPES))
     return {name: noul(answers, name) for name in MEMORY_TYPES}
 
 

@@ -248,3 +248,28 @@ def test_one_candidate_over_the_input_limit_does_not_cost_the_other_pairs() -> N
     assert result.candidates == 2 and result.link_status == LinkStatus.ASSESSED
     assert [(e.src, e.dst) for e in edges_of(engine, "semantic")] == [(result.node_id, first)]
     assert engine.last_candidates is not None and long_id in engine.last_candidates.ids
+
+
+def test_the_controller_reads_whose_words_a_memory_holds() -> None:
+    # An API write carries its speaker beside the text; the states used to drop it, so "I prefer short
+    # contracts" read the same whether the user or their client said it.
+    backend = RuleBackend()
+    engine = make_engine(backend)
+    engine.write(obs("I prefer short contracts.", 0, speaker="Client"))
+    engine.write(obs("Caroline: I prefer short contracts too.", 1))  # the speaker already leads the text
+    engine.write(obs("i prefer long ones", 2, speaker="Mira"))
+    engine.query("who prefers short contracts?", k=3)
+    memories = {str(r.state[key]) for r in backend.requests for key in ("memory", "memory_a", "memory_b") if key in r.state}
+    assert any(m.endswith("] Client: I prefer short contracts.") for m in memories)
+    assert any(m.endswith("] Caroline: I prefer short contracts too.") for m in memories)
+    assert not any("Caroline: Caroline:" in m for m in memories)
+    assert {e.content for e in engine.query("short contracts", k=3).evidence} == {
+        "I prefer short contracts.", "Caroline: I prefer short contracts too.", "i prefer long ones"}  # stored as given
+
+
+def test_typing_cuts_a_long_text_visibly() -> None:
+    backend = RuleBackend()
+    engine = make_engine(backend, max_memory_chars=200)
+    engine.write(obs("Mira: " + "a long note about the garden " * 20, 0))
+    typed = [r.state["observation"] for r in backend.requests if "observation" in r.state]
+    assert typed and len(typed[0]) <= 200 and typed[0].endswith(" [truncated]")
