@@ -111,6 +111,10 @@ class EngineConfig:
     # the final ranking's centre over every judged candidate of the query, traversal finds it does not admit included
     # (default: over the admitted ones it ranks)
     center_on_pool: bool = False
+    # the view that also walks the deterministic `temporal` edges (a new memory -> each timestamped member of its
+    # write-time shortlist, attrs {"order": ...}; with the controller's temporal Choice, inferred ones): "" none
+    # (they are stored and never walked), "temporal" or "semantic" (always active)
+    order_edges_view: str = ""
     tau_admit: float = 0.5  # a node found by traversal (not a seed) is ranked only when p_relevant exceeds this
     expand_decay: float = 0.8  # structure of an expanded node = decay * parent's structure * edge weight
     recency_weight: float = 0.0  # + recency_weight * p_recency * (position in time among the ranked nodes)
@@ -128,6 +132,9 @@ class EngineConfig:
             elif expected == "bool | None":
                 if value is not None and not isinstance(value, bool):
                     raise ConfigError(f"{f.name} must be a bool or null, got {value!r}", f.name, value)
+            elif expected == "str":
+                if not isinstance(value, str):
+                    raise ConfigError(f"{f.name} must be text, got {value!r}", f.name, value)
             elif expected == "int":
                 if isinstance(value, bool) or not isinstance(value, int):
                     raise ConfigError(f"{f.name} must be an int, got {value!r}", f.name, value)
@@ -155,6 +162,9 @@ class EngineConfig:
             raise ConfigError(f"seed_pool ({self.seed_pool}) must be >= n_seeds ({self.n_seeds})", "seed_pool", self.seed_pool)
         if self.w_vector + self.w_lexical + self.w_entity + self.w_temporal + self.w_speaker <= 0:
             raise ConfigError("at least one candidate channel needs a positive weight", "w_vector", self.w_vector)
+        if self.order_edges_view not in ("", "temporal", "semantic"):
+            raise ConfigError(f"order_edges_view must be '', 'temporal' or 'semantic', got {self.order_edges_view!r}",
+                              "order_edges_view", self.order_edges_view)
         if self.admission_enabled:
             raise ConfigError("admission filtering is not implemented; every valid observation is stored", "admission_enabled", True)
 

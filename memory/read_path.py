@@ -187,7 +187,8 @@ def run_query(
             found: list[Candidate] = []
             spent: dict[str, int] = {}
             for view in route.active:
-                new = expand_view(store, frontier, view, VIEW_RELATIONS[view], left.get(view, 0), claimed, depth, config)
+                relations = VIEW_RELATIONS[view] + (("temporal",) if view == config.order_edges_view else ())
+                new = expand_view(store, frontier, view, relations, left.get(view, 0), claimed, depth, config)
                 left[view] = left.get(view, 0) - len(new)
                 spent[view] = len(new)
                 found.extend(new)

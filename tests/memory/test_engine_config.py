@@ -27,6 +27,8 @@ def test_defaults_match_the_design() -> None:
         ({"tau_semantic": 1.5}, "tau_semantic"),
         ({"gamma": -1.0}, "gamma"),
         ({"n_seeds": 20, "seed_pool": 10}, "seed_pool"),
+        ({"order_edges_view": "entity"}, "order_edges_view"),
+        ({"order_edges_view": 1}, "order_edges_view"),
         ({"max_depth": 2.5}, "max_depth"),
         ({"speaker_entity_edges": 1}, "speaker_entity_edges"),
         ({"tau_stop": float("nan")}, "tau_stop"),

@@ -471,3 +471,29 @@ def test_a_stopping_state_over_the_limit_even_with_one_item_lets_the_round_go_on
     assert result.stopped_reason != "sufficient" and result.stopped_reason != "controller_unavailable"
     assert not [r for r in backend.requests if "evidence" in r.state]
     assert any(s.phase == "stop" and s.detail["signals"] is None for s in result.trace)
+
+
+@pytest.mark.parametrize("view", ["", "semantic", "temporal"])
+def test_order_edges_are_walked_only_by_the_configured_view(view: str) -> None:
+    target_text = "Mira: the repair shop quoted three hundred euros"
+    rules = {("relevance", "relevant"): lambda s: 0.95 if "repair" in s["memory"] or "bicycle" in s["memory"] else 0.05,
+             ("routing", "temporal"): lambda s: 0.9, ("routing", "multi_hop"): lambda s: 1.0}
+    engine = make_engine(RuleBackend(rules), consolidation_every=0, n_seeds=2, seed_pool=3, order_edges_view=view)
+    for i, text in enumerate(FILLER):
+        engine.write(obs(text, i))
+    target = engine.write(obs(target_text, 100)).node_id
+    for i, text in enumerate(FILLER):
+        engine.write(obs(text.replace("chat", "talk"), 200 + i))
+    seed = engine.write(obs("Mira: I bought a new bicycle", 300)).node_id
+    with engine.store.transaction():  # only what a write stores for a timestamped member of its shortlist
+        for edge in [*engine.store.edges_from(seed), *engine.store.edges_to(seed)]:
+            if target in (edge.src, edge.dst):
+                engine.store.remove_edge(edge.src, edge.dst, edge.relation)
+        engine.store.add_edge(Edge(seed, target, "temporal", EdgeOrigin.DETERMINISTIC, attrs={"order": "after"}))
+    result = engine.query("Why buy a new bicycle?", k=3)
+    got = {e.node_id: e for e in result.evidence}
+    assert seed in got
+    if view:
+        assert target in got and got[target].via == f"expand:{view}"
+    else:
+        assert target not in got  # stored, never walked
