@@ -10,7 +10,9 @@ is applied only when its probability reaches `tau_representation`:
     merge_summary  a summary node (kind="summary", provenance = union of both) with `summary_of` edges;
                    its text comes from System Two when configured, else an extractive concatenation
 
-Original observations are never deleted or rewritten here.
+Original observations are never deleted or rewritten here. A summary is derived data: when one of its sources
+is deleted or its text changes, `memory.lifecycle` deletes the summary (and any summary built on it) in the
+same transaction; an edit that keeps the text keeps it.
 """
 
 from __future__ import annotations

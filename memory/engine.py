@@ -146,7 +146,7 @@ class Engine:
             questions = 0
             too_long: str | None = None
             try:
-                types = type_node(self.controller, node.content, self.config)
+                types = type_node(self.controller, node.content, self.config, node.speaker)
                 questions += len(types)
             except InputTooLongError as error:  # the text fits max_memory_chars but not the model: no retry helps
                 log.info("typing state of %s over the controller's input limit: %s", node.id, error)
@@ -238,7 +238,8 @@ class Engine:
             return NodeView(node, tuple(self.store.edges_from(node_id)), tuple(self.store.edges_to(node_id)))
 
     def edit(self, node_id: str, content: str) -> NodeView:
-        """Change a node's text: inferred links are dropped and the node is marked stale (same text: kept)."""
+        """Change a node's text: inferred links and the summaries derived from the old text are dropped and the
+        node is marked stale (same text: everything kept)."""
         with self._lock:
             node = lifecycle.require(self.store, node_id)
             with self.store.transaction():
@@ -266,6 +267,7 @@ class Engine:
             return self.get(node_id)
 
     def delete(self, node_id: str) -> bool:
+        """Delete a node, its edges and the summaries derived from it (one transaction); False if unknown."""
         with self._lock, self.store.transaction():
             return lifecycle.delete_node(self.store, node_id)
 

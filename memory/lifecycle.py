@@ -3,6 +3,10 @@
 - Explicit links are authored (`Engine.link`); they survive edits and re-embedding and need no controller.
 - Inferred links carry the fingerprints of the two texts that were judged. Changing a node's text drops its
   inferred links in both directions and marks it STALE; re-embedding unchanged text keeps them.
+- A consolidation summary (kind "summary", `summary_of` edges to its sources) is derived from its sources'
+  texts: deleting a source, or changing its text, deletes the summaries built from it, and the summaries
+  built on those, in the same transaction (`remove_derived_summaries`). Originals are never deleted that way;
+  an edit that keeps the text keeps every summary.
 - Backlinks are `store.edges_to` (a reverse view), never copies.
 - An authored link list replaces the node's explicit links; an empty list stays empty (nothing merges old
   links back).
@@ -99,7 +103,10 @@ def refresh_entity_edges(store: Store, node: Node, config: EngineConfig) -> None
 
 def edit_node(store: Store, embedder: Embedder, node: Node, content: str, config: EngineConfig,
               known_names: Iterable[str] = ()) -> Node:
-    """Apply an edit inside the caller's transaction; returns the stored node."""
+    """Apply an edit inside the caller's transaction; returns the stored node.
+
+    Changed text drops the node's inferred links, marks it STALE and deletes the summaries derived from its old
+    text (`remove_derived_summaries`); the same text only re-embeds it and keeps everything."""
     if not isinstance(content, str) or not content.strip():
         raise InvalidObservationError("an edit needs non-empty text", content)
     check_text("content", content)
@@ -109,6 +116,7 @@ def edit_node(store: Store, embedder: Embedder, node: Node, content: str, config
         return node
     entities = node.entities if node.metadata.get("entities_given") else extract_entities(
         content, speaker=node.speaker, known_names=known_names, limit=config.max_entities)
+    remove_derived_summaries(store, node.id)
     drop_inferred(store, node.id)
     current = require(store, node.id)  # superseded_by may have been cleared just now
     edited = replace(current, content=content, fingerprint=fingerprint(content), entities=entities, types={},
@@ -143,11 +151,44 @@ def set_explicit_links(store: Store, node_id: str, links: Sequence[tuple[str, st
     return authored
 
 
+def derived_summaries(store: Store, node_id: str) -> list[str]:
+    """Ids of the summaries built from `node_id` (a `summary_of` edge from a kind "summary" node), and of the
+    summaries built on those, nearest first. Observations are never in it, whatever links them."""
+    found: list[str] = []
+    seen = {node_id}
+    frontier = [node_id]
+    while frontier:
+        sources = sorted({e.src for current in frontier for e in store.edges_to(current, ["summary_of"])} - seen)
+        seen.update(sources)
+        frontier = [n.id for n in store.get_nodes(sources) if n.kind == "summary"]
+        found.extend(frontier)
+    return found
+
+
+def remove_derived_summaries(store: Store, node_id: str) -> list[str]:
+    """Delete the summaries derived from `node_id`'s text (see `derived_summaries`) inside the caller's
+    transaction, as `delete_node` deletes a node; returns their ids."""
+    doomed = derived_summaries(store, node_id)
+    for summary_id in doomed:
+        _delete_one(store, summary_id)
+    if doomed:
+        log.info("removed %d summaries derived from %s", len(doomed), node_id)
+    return doomed
+
+
 def delete_node(store: Store, node_id: str) -> bool:
-    """Delete a node and its edges; re-join the temporal chain around it and clear what it superseded."""
-    node = store.get_node(node_id)
-    if node is None:
+    """Delete a node and its edges; re-join the temporal chain around it and clear what it superseded.
+
+    The summaries derived from the node (and the summaries built on those) are deleted with it, so none of its
+    text is returned afterwards; the other sources of those summaries stay as they are."""
+    if store.get_node(node_id) is None:
         return False
+    remove_derived_summaries(store, node_id)
+    _delete_one(store, node_id)
+    return True
+
+
+def _delete_one(store: Store, node_id: str) -> None:
     prev = [e.src for e in store.edges_to(node_id, ["temporal_next"])]
     nxt = [e.dst for e in store.edges_from(node_id, ["temporal_next"])]
     for edge in store.edges_from(node_id, ["supersedes"]):
@@ -155,7 +196,6 @@ def delete_node(store: Store, node_id: str) -> bool:
     store.delete_node(node_id)
     if len(prev) == 1 and len(nxt) == 1 and prev[0] != nxt[0]:
         add_unless_explicit(store, [Edge(prev[0], nxt[0], "temporal_next", EdgeOrigin.DETERMINISTIC)])
-    return True
 
 
 @dataclass(frozen=True)
@@ -172,7 +212,7 @@ def relink_node(store: Store, controller: Controller, embedder: Embedder, node: 
     types = node.types
     if not types:
         try:
-            types = type_node(controller, node.content, config)
+            types = type_node(controller, node.content, config, node.speaker)
             asked += 4
         except InputTooLongError as error:  # over the model's input limit: a retry cannot help, unlike pending
             over = Assessment((), LinkStatus.OVER_BUDGET, (), (), 0, str(error))

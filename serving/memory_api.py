@@ -1,4 +1,5 @@
-"""The memory API: one router over the engine facade (write, query, get, edit, link / unlink, delete, stats).
+"""The memory API: one router over the engine facade (write, query, get, edit, link / unlink, delete, relink,
+stats).
 
 Every engine call runs on the memory thread (`MemoryService`). JSON bodies are parsed strictly (no NaN /
 Infinity, no lone surrogates, bounded nesting) by `StrictJSONRoute`, so stored text is always valid
@@ -28,6 +29,8 @@ from serving.memory_schemas import (
     QueryIn,
     QueryOut,
     Relation,
+    RelinkIn,
+    RelinkOut,
     SetLinksIn,
     StatsOut,
     WriteResultOut,
@@ -99,13 +102,13 @@ async def get_node(node_id: NodeId = Path(), memory: MemoryService = Memory) -> 
     return NodeViewOut.of(view)
 
 
-@router.patch("/nodes/{node_id}", response_model=NodeViewOut, summary="Edit a node's text (inferred links are re-assessed later)")
+@router.patch("/nodes/{node_id}", response_model=NodeViewOut, summary="Edit a node's text (inferred links are re-assessed later, derived summaries are deleted)")
 async def edit_node(body: EditIn, node_id: NodeId = Path(), memory: MemoryService = Memory) -> NodeViewOut:
     view = await memory.call(lambda engine: engine.edit(node_id, body.content))
     return NodeViewOut.of(view)
 
 
-@router.delete("/nodes/{node_id}", status_code=204, summary="Delete a node and its edges")
+@router.delete("/nodes/{node_id}", status_code=204, summary="Delete a node, its edges and the summaries derived from it")
 async def delete_node(node_id: NodeId = Path(), memory: MemoryService = Memory) -> Response:
     if not await memory.call(lambda engine: engine.delete(node_id)):
         raise NodeNotFoundError(node_id)
@@ -132,6 +135,15 @@ async def unlink(
     if not await memory.call(lambda engine: engine.unlink(src, dst, relation)):
         raise NotFoundError(f"no {relation!r} link from {src!r} to {dst!r}")
     return Response(status_code=204)
+
+
+@router.post("/relink", response_model=RelinkOut, summary="Re-run pending and stale judgments (or those of the given nodes)")
+async def relink(body: RelinkIn | None = None, memory: MemoryService = Memory) -> RelinkOut:
+    """What `jevmem relink` does, for a running server (one writer per database). A controller that fails again
+    is no error: those nodes stay relations_pending and are listed in `pending` and `errors`."""
+    node_ids = None if body is None else body.node_ids
+    report = await memory.call(lambda engine: engine.relink(node_ids))
+    return RelinkOut.of(report)
 
 
 @router.get("/stats", response_model=StatsOut, summary="Node / edge counts, link statuses and controller usage")

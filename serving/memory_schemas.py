@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, StrictBool
 from pydantic_core import PydanticCustomError
 
+from memory.results import RelinkReport
 from memory.types import RELATIONS, Edge, Evidence, Node, Observation, QueryResult, TraceStep, WriteResult
 
 MAX_CONTENT_CHARS = 100_000
@@ -134,6 +135,12 @@ class SetLinksIn(_In):
     links: list[LinkTarget] = Field(max_length=1_000, description="The node's complete explicit outgoing links; [] removes them all.")
 
 
+class RelinkIn(_In):
+    node_ids: list[NodeId] | None = Field(
+        default=None, max_length=1_000,
+        description="Nodes to judge again, whatever their status; omit (or send no body) for every relations_pending and stale node.")
+
+
 # --------------------------------------------------------------------------------------------------- output
 class NodeOut(BaseModel):
     id: str
@@ -246,6 +253,26 @@ class QueryOut(BaseModel):
             controller_questions=result.controller_questions,
             answer=result.answer,
             answer_source=result.answer_source,
+        )
+
+
+class RelinkOut(BaseModel):
+    assessed: int = Field(description="Nodes whose pair judgments ran (status assessed).")
+    edges_written: int = Field(description="Inferred edges written.")
+    controller_questions: int
+    statuses: dict[str, str] = Field(description="Node id -> link status after the run, for every node it took.")
+    pending: list[str] = Field(description="Nodes still relations_pending (the controller failed); run again later.")
+    errors: dict[str, str] = Field(description="Node id -> why it is still pending.")
+
+    @classmethod
+    def of(cls, report: RelinkReport) -> RelinkOut:
+        return cls(
+            assessed=report.assessed,
+            edges_written=report.edges_written,
+            controller_questions=report.controller_questions,
+            statuses=jsonable(report.statuses),
+            pending=list(report.pending),
+            errors=dict(report.errors),
         )
 
 

@@ -263,6 +263,8 @@ def test_the_controller_reads_whose_words_a_memory_holds() -> None:
     assert any(m.endswith("] Client: I prefer short contracts.") for m in memories)
     assert any(m.endswith("] Caroline: I prefer short contracts too.") for m in memories)
     assert not any("Caroline: Caroline:" in m for m in memories)
+    typed = [r.state["observation"] for r in backend.requests if "observation" in r.state]
+    assert typed[0] == "Client: I prefer short contracts." and typed[1] == "Caroline: I prefer short contracts too."
     assert {e.content for e in engine.query("short contracts", k=3).evidence} == {
         "I prefer short contracts.", "Caroline: I prefer short contracts too.", "i prefer long ones"}  # stored as given
 

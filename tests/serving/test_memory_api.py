@@ -220,3 +220,113 @@ async def test_405_lists_every_method_of_the_path(fake_memory: tuple[httpx2.Asyn
     client, _ = fake_memory
     r = await client.request("OPTIONS", f"{M}/nodes/abc")
     assert r.status_code == 405 and r.headers["allow"] == "DELETE, GET, PATCH"
+
+
+# ----------------------------------------------------------------------------------- relink
+@pytest.fixture
+async def switchable_memory(make_app: Any) -> AsyncIterator[tuple[httpx2.AsyncClient, Any]]:
+    """The real engine over a controller the test can switch off (`backend.fail`), like a server whose
+    controller went down."""
+    from tests.memory.engine_fakes import RuleBackend, make_engine
+
+    backend = RuleBackend({("pair", "semantic"): lambda s: 0.9})
+    engine = make_engine(backend, consolidation_every=0)
+    async with serving(make_app(engine=engine)) as client:
+        yield client, backend
+
+
+BICYCLES = [{"content": "Mira: My old bicycle broke.", "observed_at": "2024-05-14T10:00:00"},
+            {"content": "Mira: I bought a new bicycle.", "observed_at": "2024-05-15T10:00:00"}]
+
+
+async def test_relink_reruns_pending_judgments_and_says_which_stay_pending(switchable_memory: tuple[httpx2.AsyncClient, Any]) -> None:
+    client, backend = switchable_memory
+    backend.fail = True
+    r = await client.post(f"{M}/observations/batch", json={"observations": BICYCLES})
+    ids = [x["node_id"] for x in r.json()["results"]]
+    assert r.status_code == 201 and {x["link_status"] for x in r.json()["results"]} == {"relations_pending"}
+    r = await client.post(f"{M}/relink")  # controller still down: no 5xx, the nodes stay pending
+    assert r.status_code == 200, r.text
+    assert r.json()["pending"] == ids and set(r.json()["errors"]) == set(ids) and r.json()["assessed"] == 0
+    assert r.json()["statuses"] == {i: "relations_pending" for i in ids}
+    backend.fail = False
+    r = await client.post(f"{M}/relink")
+    assert r.status_code == 200 and r.json()["pending"] == [] and r.json()["errors"] == {}
+    assert r.json()["statuses"][ids[1]] == "assessed" and r.json()["edges_written"] > 0
+    stats = (await client.get(f"{M}/stats")).json()
+    assert stats["link_status"]["relations_pending"] == 0
+    assert (await client.post(f"{M}/relink", json={})).json()["statuses"] == {}  # nothing left to do
+
+
+async def test_relink_after_an_edit_and_for_given_nodes(switchable_memory: tuple[httpx2.AsyncClient, Any]) -> None:
+    client, _ = switchable_memory
+    ids = [x["node_id"] for x in (await client.post(f"{M}/observations/batch", json={"observations": BICYCLES})).json()["results"]]
+    r = await client.patch(f"{M}/nodes/{ids[1]}", json={"content": "Mira: I bought a new bicycle because the old one broke."})
+    assert r.json()["node"]["link_status"] == "stale"
+    r = await client.post(f"{M}/relink", json={"node_ids": None})
+    assert r.status_code == 200 and r.json()["statuses"] == {ids[1]: "assessed"}
+    r = await client.post(f"{M}/relink", json={"node_ids": [ids[0], ids[0]]})  # any status, once each
+    assert r.status_code == 200 and list(r.json()["statuses"]) == [ids[0]]
+    assert (await client.get(f"{M}/nodes/{ids[1]}")).json()["node"]["link_status"] == "assessed"
+
+
+async def test_relink_of_an_unknown_node_is_404_and_changes_nothing(switchable_memory: tuple[httpx2.AsyncClient, Any]) -> None:
+    client, backend = switchable_memory
+    backend.fail = True
+    (node_id,) = [x["node_id"] for x in (await client.post(f"{M}/observations/batch", json={"observations": BICYCLES[:1]})).json()["results"]]
+    backend.fail = False
+    r = await client.post(f"{M}/relink", json={"node_ids": [node_id, "nope"]})
+    assert r.status_code == 404 and r.json()["detail"]["error_type"] == "not_found"
+    assert "nope" in r.json()["detail"]["message"]  # the unknown node, not an unknown route
+    assert (await client.get(f"{M}/nodes/{node_id}")).json()["node"]["link_status"] == "relations_pending"
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [[], ["a"], {"node_ids": "a"}, {"node_ids": [""]}, {"node_ids": [1]}, {"node_ids": ["a"] * 1001}, {"ids": ["a"]}, "a"],
+)
+async def test_relink_rejects_bad_input_with_422(switchable_memory: tuple[httpx2.AsyncClient, Any], payload: Any) -> None:
+    client, _ = switchable_memory
+    r = await client.post(f"{M}/relink", json=payload)
+    assert r.status_code == 422, r.text
+    assert all(d["loc"][0] == "body" for d in r.json()["detail"])
+
+
+async def test_relink_is_in_the_openapi_schema_and_runs_on_the_served_engine(real_memory: httpx2.AsyncClient) -> None:
+    client = real_memory
+    schema = (await client.get("/openapi.json")).json()
+    operation = schema["paths"][f"{M}/relink"]["post"]
+    assert operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/RelinkOut")
+    assert {"404", "422"} <= set(operation["responses"]) and "RelinkIn" in schema["components"]["schemas"]
+    node_id = (await client.post(f"{M}/observations", json={"content": "Mira: My old bicycle broke."})).json()["node_id"]
+    await client.patch(f"{M}/nodes/{node_id}", json={"content": "Mira: My old bicycle was stolen."})
+    r = await client.post(f"{M}/relink")
+    assert r.status_code == 200 and r.json()["statuses"] == {node_id: "empty_shortlist"} and r.json()["pending"] == []
+
+
+async def test_relink_through_the_served_controller_queue_when_the_backend_is_down() -> None:
+    from dataclasses import dataclass
+
+    from controller.errors import BackendUnavailableError
+    from tests.serving.fakes import FakeBackend
+
+    @dataclass
+    class Flaky(FakeBackend):
+        down: bool = False
+
+        def answer(self, requests: Any) -> Any:
+            if self.down:
+                raise BackendUnavailableError("the model server is down")
+            return super().answer(requests)
+
+    backend = Flaky(down=True)
+    async with serving(create_app(Settings(memory_db=":memory:"), backend=backend)) as client:
+        r = await client.post(f"{M}/observations", json={"content": "Mira: My old bicycle broke."})
+        assert r.status_code == 201 and r.json()["link_status"] == "relations_pending"
+        node_id = r.json()["node_id"]
+        r = await client.post(f"{M}/relink")
+        assert r.status_code == 200, r.text
+        assert r.json()["pending"] == [node_id] and "BackendUnavailableError" in r.json()["errors"][node_id]
+        backend.down = False
+        r = await client.post(f"{M}/relink")
+        assert r.status_code == 200 and r.json()["pending"] == [] and r.json()["errors"] == {}
