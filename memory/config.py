@@ -113,7 +113,8 @@ class EngineConfig:
     center_on_pool: bool = False
     # the view that also walks the deterministic `temporal` edges (a new memory -> each timestamped member of its
     # write-time shortlist, attrs {"order": ...}; with the controller's temporal Choice, inferred ones): "" none
-    # (they are stored and never walked), "temporal" or "semantic" (always active)
+    # (they are stored and never walked), "temporal" or "semantic" (always active). conv-44, shipped artifact:
+    # R_frac@10 0.708 / 0.708 / 0.706 for "" / temporal / semantic (README), so "" stays.
     order_edges_view: str = ""
     tau_admit: float = 0.5  # a node found by traversal (not a seed) is ranked only when p_relevant exceeds this
     expand_decay: float = 0.8  # structure of an expanded node = decay * parent's structure * edge weight
