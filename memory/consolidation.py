@@ -30,7 +30,7 @@ from memory.control import Controller, choice, fits, keyed, memory_state, noul
 from memory.errors import ControllerOutputError, SystemTwoError
 from memory.store.base import Store
 from memory.types import Edge, EdgeOrigin, LinkStatus, Node
-from memory.write_path import add_unless_explicit, fingerprint, time_of
+from memory.write_path import add_unless_explicit, fingerprint, is_refused, time_of
 
 log = logging.getLogger(__name__)
 
@@ -150,8 +150,8 @@ def consolidate(
                                                                b.fingerprint, attrs={"by": "consolidation"})])
             elif label == "supersede":
                 b = store.get_node(b.id) or b  # an earlier pair of this batch may have changed it
-                if b.superseded_by is not None:
-                    continue
+                if b.superseded_by is not None or is_refused(store, a.id, b.id, "supersedes"):
+                    continue  # a supersession the user unlinked is not put back
                 add_unless_explicit(store, [Edge(a.id, b.id, "supersedes", EdgeOrigin.INFERRED, p, a.fingerprint, b.fingerprint)])
                 store.update_node(replace(b, superseded_by=a.id))
                 superseded += 1

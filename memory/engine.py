@@ -247,16 +247,22 @@ class Engine:
             return self.get(node_id)
 
     def link(self, src: str, dst: str, relation: str, *, attrs: Mapping[str, Any] | None = None) -> Edge:
-        """An explicit (authored) link; no controller call; survives edits."""
+        """An explicit (authored) link; no controller call; survives edits; lifts an earlier `unlink` of it."""
         with self._lock, self.store.transaction():
             return lifecycle.add_explicit(self.store, src, dst, relation, attrs)
 
     def unlink(self, src: str, dst: str, relation: str) -> bool:
+        """Remove the link (src, dst, relation), whatever its origin; False if there is none.
+
+        The removal is a user decision and is recorded on both nodes (metadata `links_refused`, stored with
+        them): no later judgment, deterministic edge, `relink`, edit or consolidation puts the link back, in
+        either direction for a symmetric relation (`SYMMETRIC_RELATIONS`, whose derived reverse edge is removed
+        too). `link` on that pair and relation lifts the refusal; deleting either node drops it."""
         with self._lock, self.store.transaction():
             edge = next((e for e in self.store.edges_from(src, [relation]) if e.dst == dst), None)
             if edge is None:
                 return False
-            lifecycle.remove_edge(self.store, edge)
+            lifecycle.unlink_edge(self.store, edge)
             return True
 
     def set_links(self, node_id: str, links: Sequence[tuple[str, str]]) -> NodeView:

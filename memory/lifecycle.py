@@ -10,6 +10,11 @@
 - Backlinks are `store.edges_to` (a reverse view), never copies.
 - An authored link list replaces the node's explicit links; an empty list stays empty (nothing merges old
   links back).
+- Unlinking is a user decision: `unlink_edge` removes the link (of any origin; for a symmetric relation the
+  derived reverse edge too) and records the refusal on both nodes (metadata `links_refused`, persisted with the
+  node). No derived edge (pair judgments, deterministic edges, `relink`, consolidation's link / supersede)
+  puts it back, in either direction for a symmetric relation; an edit keeps it. An explicit link of that pair
+  and relation (`add_explicit`, an authored link list) lifts it; deleting either node drops it.
 - "no link" (ASSESSED with zero edges) differs from "not assessed" (EMPTY_SHORTLIST, OVER_BUDGET,
   RELATIONS_PENDING, STALE); `relink` re-runs the pending and stale ones.
 """
@@ -29,14 +34,16 @@ from memory.control import Controller
 from memory.entities import extract_entities
 from memory.errors import ControllerOutputError, InvalidObservationError, InvalidRelationError, NodeNotFoundError
 from memory.store.base import Store
-from memory.types import RELATIONS, Edge, EdgeOrigin, LinkStatus, Node
+from memory.types import RELATIONS, SYMMETRIC_RELATIONS, Edge, EdgeOrigin, LinkStatus, Node
 from memory.write_path import (
+    REFUSALS,
     Assessment,
     add_unless_explicit,
     assess_pairs,
     check_text,
     entity_edges,
     fingerprint,
+    refusals,
     temporal_edges,
     type_node,
 )
@@ -64,6 +71,45 @@ def remove_edge(store: Store, edge: Edge) -> None:
         target = store.get_node(edge.dst)
         if target is not None and target.superseded_by == edge.src:
             store.update_node(replace(target, superseded_by=None))
+
+
+def _store_refusals(store: Store, node_id: str, refused: set[tuple[str, str, str]]) -> None:
+    node = store.get_node(node_id)
+    if node is None or refusals(node) == refused:
+        return
+    metadata = {k: v for k, v in node.metadata.items() if k != REFUSALS}
+    if refused:
+        metadata[REFUSALS] = [list(t) for t in sorted(refused)]
+    store.update_node(replace(node, metadata=metadata))
+
+
+def unlink_edge(store: Store, edge: Edge) -> None:
+    """Remove a link the user withdrew and record the refusal on both nodes, inside the caller's transaction.
+
+    For a symmetric relation the derived reverse edge goes too (an authored one stays: it was authored)."""
+    remove_edge(store, edge)
+    if edge.relation in SYMMETRIC_RELATIONS:
+        for reverse in store.edges_from(edge.dst, [edge.relation]):
+            if reverse.dst == edge.src and reverse.origin != EdgeOrigin.EXPLICIT:
+                remove_edge(store, reverse)
+    for end in dict.fromkeys((edge.src, edge.dst)):
+        _store_refusals(store, end, refusals(store.get_node(end)) | {(edge.src, edge.dst, edge.relation)})
+
+
+def lift_refusal(store: Store, src: str, dst: str, relation: str) -> None:
+    """An explicit link of (src, dst, relation) lifts the user's earlier refusal of it (both directions when
+    the relation is symmetric)."""
+    lifted = {(src, dst, relation), *([(dst, src, relation)] if relation in SYMMETRIC_RELATIONS else [])}
+    for end in dict.fromkeys((src, dst)):
+        _store_refusals(store, end, refusals(store.get_node(end)) - lifted)
+
+
+def drop_refusals(store: Store, node_id: str) -> None:
+    """Before a node is deleted: drop its refusals from the other endpoints' records."""
+    for src, dst, relation in refusals(store.get_node(node_id)):
+        other = dst if src == node_id else src
+        if node_id in (src, dst) and other != node_id:  # an entry not about this node was never mirrored
+            _store_refusals(store, other, refusals(store.get_node(other)) - {(src, dst, relation)})
 
 
 def drop_inferred(store: Store, node_id: str, keep: Iterable[Edge] = ()) -> int:
@@ -131,6 +177,7 @@ def add_explicit(store: Store, src: str, dst: str, relation: str, attrs: Mapping
     require(store, dst)
     edge = Edge(src, dst, check_relation(relation), EdgeOrigin.EXPLICIT, 1.0, attrs=dict(attrs or {}))
     store.add_edge(edge)  # replaces an inferred / deterministic edge with the same (src, dst, relation)
+    lift_refusal(store, src, dst, relation)
     return edge
 
 
@@ -146,6 +193,8 @@ def set_explicit_links(store: Store, node_id: str, links: Sequence[tuple[str, st
     node = require(store, node_id)  # a target of those links may be this node (superseded_by just cleared)
     for dst, relation in links:
         store.add_edge(Edge(node_id, dst, relation, EdgeOrigin.EXPLICIT, 1.0))
+        lift_refusal(store, node_id, dst, relation)
+    node = require(store, node_id)  # lifting a refusal updates its metadata
     authored = replace(node, metadata={**node.metadata, "links_authored": True})
     store.update_node(authored)
     return authored
@@ -193,6 +242,7 @@ def _delete_one(store: Store, node_id: str) -> None:
     nxt = [e.dst for e in store.edges_from(node_id, ["temporal_next"])]
     for edge in store.edges_from(node_id, ["supersedes"]):
         remove_edge(store, edge)
+    drop_refusals(store, node_id)
     store.delete_node(node_id)
     if len(prev) == 1 and len(nxt) == 1 and prev[0] != nxt[0]:
         add_unless_explicit(store, [Edge(prev[0], nxt[0], "temporal_next", EdgeOrigin.DETERMINISTIC)])

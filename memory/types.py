@@ -25,6 +25,9 @@ RELATIONS: tuple[str, ...] = (
     "summary_of",
     "supersedes",
 )
+# Relations whose meaning does not depend on the edge's direction (a judgment of the other node may write the
+# reverse edge): a user's refusal of one (`Engine.unlink`) covers both directions.
+SYMMETRIC_RELATIONS: frozenset[str] = frozenset({"semantic", "same_episode", "entity", "entity_equivalence", "temporal"})
 
 
 class EdgeOrigin(str, Enum):

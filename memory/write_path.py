@@ -28,7 +28,7 @@ from memory.control import Controller, ask_batch_within_limit, attributed, choic
 from memory.entities import clean_entities, extract_entities
 from memory.errors import ControllerOutputError, InvalidObservationError
 from memory.store.base import Store
-from memory.types import Edge, EdgeOrigin, LinkStatus, Node, Observation
+from memory.types import SYMMETRIC_RELATIONS, Edge, EdgeOrigin, LinkStatus, Node, Observation
 
 log = logging.getLogger(__name__)
 
@@ -201,16 +201,43 @@ def temporal_edges(node: Node, candidates: Sequence[Node]) -> list[Edge]:
     return out
 
 
+# Node metadata key of the links a user removed (`Engine.unlink`): [src, dst, relation] triples, kept on both
+# endpoints so that deleting either node can drop them without a scan. Derived edges skip them.
+REFUSALS = "links_refused"
+
+
+def refusals(node: Node | None) -> set[tuple[str, str, str]]:
+    """The (src, dst, relation) links refused on `node` (malformed metadata entries are ignored)."""
+    raw = node.metadata.get(REFUSALS) if node is not None else None
+    if not isinstance(raw, list):
+        return set()
+    return {(e[0], e[1], e[2]) for e in raw
+            if isinstance(e, (list, tuple)) and len(e) == 3 and all(isinstance(x, str) for x in e)}
+
+
+def covers(refused: set[tuple[str, str, str]], src: str, dst: str, relation: str) -> bool:
+    """Whether `refused` rules out (src, dst, relation); a symmetric relation is refused in both directions."""
+    return (src, dst, relation) in refused or (relation in SYMMETRIC_RELATIONS and (dst, src, relation) in refused)
+
+
+def is_refused(store: Store, src: str, dst: str, relation: str) -> bool:
+    return covers(refusals(store.get_node(src)), src, dst, relation)
+
+
 def add_unless_explicit(store: Store, edges: Iterable[Edge]) -> int:
-    """Add derived edges, never overwriting an authored edge with the same (src, dst, relation)."""
+    """Add derived edges, never overwriting an authored edge with the same (src, dst, relation) and never
+    putting back a link a user removed (`REFUSALS`); returns how many were written."""
     written = 0
     authored: dict[str, set[tuple[str, str]]] = {}
+    refused: dict[str, set[tuple[str, str, str]]] = {}
     for edge in edges:
         if edge.src not in authored:
             authored[edge.src] = {(e.dst, e.relation) for e in store.edges_from(edge.src) if e.origin == EdgeOrigin.EXPLICIT}
-        if (edge.dst, edge.relation) not in authored[edge.src]:
-            store.add_edge(edge)
-            written += 1
+            refused[edge.src] = refusals(store.get_node(edge.src))
+        if (edge.dst, edge.relation) in authored[edge.src] or covers(refused[edge.src], edge.src, edge.dst, edge.relation):
+            continue
+        store.add_edge(edge)
+        written += 1
     return written
 
 

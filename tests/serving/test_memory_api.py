@@ -304,6 +304,22 @@ async def test_relink_is_in_the_openapi_schema_and_runs_on_the_served_engine(rea
     assert r.status_code == 200 and r.json()["statuses"] == {node_id: "empty_shortlist"} and r.json()["pending"] == []
 
 
+async def test_an_unlinked_link_stays_gone_after_relink_and_shows_on_the_node(real_memory: httpx2.AsyncClient) -> None:
+    client = real_memory
+    texts = [{"content": "Mira: My old bicycle broke.", "speaker": "Mira", "observed_at": "2024-05-14T10:00:00"},
+             {"content": "Mira: I bought a new bicycle yesterday because my old one broke.", "speaker": "Mira",
+              "observed_at": "2024-05-16T10:00:00"}]
+    a, b = (x["node_id"] for x in (await client.post(f"{M}/observations/batch", json={"observations": texts})).json()["results"])
+    semantic = [e for e in (await client.get(f"{M}/nodes/{b}")).json()["edges"] if e["relation"] == "semantic"]
+    assert [(e["dst"], e["origin"]) for e in semantic] == [(a, "inferred")]
+    assert (await client.delete(f"{M}/links", params={"src": b, "dst": a, "relation": "semantic"})).status_code == 204
+    assert (await client.post(f"{M}/relink", json={"node_ids": [b, a]})).status_code == 200
+    for node_id in (a, b):
+        view = (await client.get(f"{M}/nodes/{node_id}")).json()
+        assert [e for e in view["edges"] + view["backlinks"] if e["relation"] == "semantic"] == []
+        assert view["node"]["metadata"]["links_refused"] == [[b, a, "semantic"]]
+
+
 async def test_relink_through_the_served_controller_queue_when_the_backend_is_down() -> None:
     from dataclasses import dataclass
 
