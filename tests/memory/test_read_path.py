@@ -125,17 +125,22 @@ def test_uninformative_controller_keeps_the_hybrid_rrf_order_at_the_top() -> Non
     assert result.stopped_reason in ("depth", "budget", "exhausted")
 
 
-def test_graph_expansion_reaches_evidence_that_retrieval_misses() -> None:
-    target_text = "Mira: the repair shop quoted three hundred euros"
-    rules = {("relevance", "relevant"): lambda s: 0.95 if "repair" in s["memory"] or "bicycle" in s["memory"] else 0.05,
-             ("routing", "causal"): lambda s: 0.9, ("routing", "multi_hop"): lambda s: 1.0}
-    engine = make_engine(RuleBackend(rules), consolidation_every=0, n_seeds=2, seed_pool=3)
+def _buried_target(engine: Any, target_text: str) -> tuple[str, str]:
+    """(target, seed): `target_text` written between two runs of filler, then a bicycle memory retrieval finds."""
     for i, text in enumerate(FILLER):
         engine.write(obs(text, i))
     target = engine.write(obs(target_text, 100)).node_id
     for i, text in enumerate(FILLER):
         engine.write(obs(text.replace("chat", "talk"), 200 + i))
-    seed = engine.write(obs("Mira: I bought a new bicycle", 300)).node_id
+    return target, engine.write(obs("Mira: I bought a new bicycle", 300)).node_id
+
+
+def test_graph_expansion_reaches_evidence_that_retrieval_misses() -> None:
+    target_text = "Mira: the repair shop quoted three hundred euros"
+    rules = {("relevance", "relevant"): lambda s: 0.95 if "repair" in s["memory"] or "bicycle" in s["memory"] else 0.05,
+             ("routing", "causal"): lambda s: 0.9, ("routing", "multi_hop"): lambda s: 1.0}
+    engine = make_engine(RuleBackend(rules), consolidation_every=0, n_seeds=2, seed_pool=3)
+    target, seed = _buried_target(engine, target_text)
     engine.link(target, seed, "causal")
     query = "Why buy a new bicycle?"
     pool = hybrid_seeds(engine.store, engine.embedder.embed([query])[0], query, engine.config)
@@ -479,12 +484,7 @@ def test_order_edges_are_walked_only_by_the_configured_view(view: str) -> None:
     rules = {("relevance", "relevant"): lambda s: 0.95 if "repair" in s["memory"] or "bicycle" in s["memory"] else 0.05,
              ("routing", "temporal"): lambda s: 0.9, ("routing", "multi_hop"): lambda s: 1.0}
     engine = make_engine(RuleBackend(rules), consolidation_every=0, n_seeds=2, seed_pool=3, order_edges_view=view)
-    for i, text in enumerate(FILLER):
-        engine.write(obs(text, i))
-    target = engine.write(obs(target_text, 100)).node_id
-    for i, text in enumerate(FILLER):
-        engine.write(obs(text.replace("chat", "talk"), 200 + i))
-    seed = engine.write(obs("Mira: I bought a new bicycle", 300)).node_id
+    target, seed = _buried_target(engine, target_text)
     with engine.store.transaction():  # only what a write stores for a timestamped member of its shortlist
         for edge in [*engine.store.edges_from(seed), *engine.store.edges_to(seed)]:
             if target in (edge.src, edge.dst):
