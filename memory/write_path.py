@@ -148,19 +148,22 @@ class EdgePlan:
 
 
 def temporal_chain(store: Store, node: Node, config: EngineConfig) -> EdgePlan:
-    """`temporal_next` from the previous node in time (and to the next one if the node lands in between)."""
+    """`temporal_next` from the previous node in time (and to the next one if the node lands in between).
+
+    A timed node's neighbours are the observations nearest in (time, seq) order among all stored ones with a time
+    (`Store.nearest_in_time`), so a backfilled note lands where its time puts it; nodes without a time are not
+    part of that order. A node without a time follows the nearest earlier node in insertion order."""
     plan = EdgePlan()
-    near = [n for n in store.get_nodes(store.nodes_near_time(node.seq, max(config.temporal_window, 8)))
-            if n.kind == "observation" and n.id != node.id]
     when = time_of(node)
     if when is None:
-        earlier = [n for n in near if n.seq < node.seq]
-        prev = max(earlier, key=lambda n: n.seq, default=None)
+        near = [n for n in store.get_nodes(store.nodes_near_time(node.seq, max(config.temporal_window, 8)))
+                if n.kind == "observation" and n.id != node.id]
+        prev = max((n for n in near if n.seq < node.seq), key=lambda n: n.seq, default=None)
         nxt = None
     else:
-        timed = [(time_of(n), n.seq, n) for n in near if time_of(n) is not None]
-        prev = max((t for t in timed if (t[0], t[1]) < (when, node.seq)), key=lambda t: (t[0], t[1]), default=(None, 0, None))[2]
-        nxt = min((t for t in timed if (t[0], t[1]) > (when, node.seq)), key=lambda t: (t[0], t[1]), default=(None, 0, None))[2]
+        prev, nxt = (store.get_node(i) if i is not None and i != node.id else None
+                     for i in (store.nearest_in_time(when, node.seq, after=False, kind="observation"),
+                               store.nearest_in_time(when, node.seq, after=True, kind="observation")))
     if prev is not None:
         plan.add.append(Edge(prev.id, node.id, "temporal_next", EdgeOrigin.DETERMINISTIC))
     if nxt is not None:

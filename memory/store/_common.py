@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 
 import numpy as np
 
@@ -56,6 +56,16 @@ def index_text(content: str, when: datetime | None = None) -> str:
 
 def node_time(node: Node) -> datetime | None:
     return node.event_time or node.observed_at
+
+
+def time_key(when: datetime | None) -> str | None:
+    """A text key that sorts like the time: UTC for an aware time, naive times taken as they are (as
+    `write_path.time_of` compares them), microseconds always written so every key has the same width."""
+    if when is None:
+        return None
+    if when.tzinfo is not None:
+        when = when.astimezone(timezone.utc).replace(tzinfo=None)
+    return when.isoformat(timespec="microseconds")
 
 
 def query_tokens(query: str) -> list[str]:

@@ -17,12 +17,16 @@ Semantics every implementation keeps (checked by the contract suite):
   implementations (idf variants), the order of clear cases does not.
 - `nodes_with_entity` matches case-insensitively (strip + casefold), highest seq first.
 - `nodes_near_time(seq, window)`: other nodes with 0 < |s - seq| <= window, nearest first, earlier on ties.
+- `nearest_in_time(when, seq, after=..., kind=...)`: among the nodes of `kind` with a time (event_time, else
+  observed_at; aware times compared in UTC, naive ones as they are), the one just before (when, seq) in
+  (time, seq) order, or just after it; None if there is none. Indexed: it must not scan every node.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Protocol
 
 import numpy as np
@@ -59,7 +63,8 @@ class Store(Protocol):
     def vector_search(self, query: np.ndarray, k: int) -> list[tuple[str, float]]: ...  # cosine, best first
     def text_search(self, query: str, k: int) -> list[tuple[str, float]]: ...  # BM25, best first
     def nodes_with_entity(self, entity: str, limit: int) -> list[str]: ...
-    def nodes_near_time(self, seq: int, window: int) -> list[str]: ...  # by insertion order / time
+    def nodes_near_time(self, seq: int, window: int) -> list[str]: ...  # by insertion order
+    def nearest_in_time(self, when: datetime, seq: int, *, after: bool, kind: str) -> str | None: ...  # by time
     def embedding(self, node_id: str) -> np.ndarray | None: ...
 
     def check(self) -> list[str]: ...  # consistency problems found (empty list = consistent)

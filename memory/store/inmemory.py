@@ -6,6 +6,7 @@ and, inside a transaction, log the previous value so that an exception rolls the
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import threading
@@ -13,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
+from datetime import datetime
 
 import numpy as np
 
@@ -25,6 +27,7 @@ from memory.store._common import (
     normalised,
     normalised_rows,
     query_tokens,
+    time_key,
 )
 from memory.store.errors import DuplicateNodeError, NodeNotFoundError, StoreError
 from memory.types import Edge, EdgeOrigin, LinkStatus, Node
@@ -57,6 +60,7 @@ class InMemoryStore:
         self._out: dict[str, set[_EdgeKey]] = {}
         self._in: dict[str, set[_EdgeKey]] = {}
         self._by_entity: dict[str, set[str]] = {}
+        self._by_time: dict[str, list[tuple[str, int, str]]] = {}  # kind -> sorted (time_key, seq, id) of timed nodes
         self._tf: dict[str, Counter[str]] = {}
         self._postings: dict[str, set[str]] = {}
         self._total_len = 0
@@ -120,6 +124,9 @@ class InMemoryStore:
         self._by_seq[node.seq] = node.id
         for key in entity_keys(node):
             self._by_entity.setdefault(key, set()).add(node.id)
+        when = time_key(node_time(node))
+        if when is not None:
+            bisect.insort(self._by_time.setdefault(node.kind, []), (when, node.seq, node.id))
         tf = Counter(index_text(node.content, node_time(node)).split())
         self._tf[node.id] = tf
         for term in tf:
@@ -133,6 +140,12 @@ class InMemoryStore:
             ids.discard(node.id)
             if not ids:
                 del self._by_entity[key]
+        when = time_key(node_time(node))
+        if when is not None:
+            timed = self._by_time[node.kind]
+            del timed[bisect.bisect_left(timed, (when, node.seq, node.id))]
+            if not timed:
+                del self._by_time[node.kind]
         tf = self._tf.pop(node.id)
         for term in tf:
             docs = self._postings[term]
@@ -293,6 +306,18 @@ class InMemoryStore:
             near = [s for s in self._by_seq if s != seq and abs(s - seq) <= window]
             return [self._by_seq[s] for s in sorted(near, key=lambda s: (abs(s - seq), s))]
 
+    def nearest_in_time(self, when: datetime, seq: int, *, after: bool, kind: str) -> str | None:
+        """The node of `kind` just before / after (when, seq) in (time, seq) order: a bisection of the sorted
+        (time_key, seq, id) list kept per kind (insertion is linear, a memmove; lookups are logarithmic)."""
+        key = time_key(when)
+        with self._lock:
+            timed = self._by_time.get(kind, [])
+            if after:
+                i = bisect.bisect_left(timed, (key, seq + 1))  # ids sort after "", so seq + 1 skips (key, seq, *)
+                return timed[i][2] if i < len(timed) else None
+            i = bisect.bisect_left(timed, (key, seq))
+            return timed[i - 1][2] if i > 0 else None
+
     def embedding(self, node_id: str) -> np.ndarray | None:
         with self._lock:
             vec = self._vecs.get(node_id)
@@ -312,6 +337,9 @@ class InMemoryStore:
                 problems.append("lexical index does not match the nodes")
             if set(self._vecs) != set(self._nodes):
                 problems.append("vectors do not match the nodes")
+            timed = sorted((time_key(node_time(n)), n.seq, n.id, n.kind) for n in self._nodes.values() if node_time(n))
+            if timed != sorted((t, s, i, k) for k, rows in self._by_time.items() for t, s, i in rows):
+                problems.append("time index does not match the nodes")
             return problems
 
     def rebuild_vectors(self) -> None:

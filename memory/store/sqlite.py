@@ -14,13 +14,14 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
 from memory.store import sqlite_check as maintenance
 from memory.store import sqlite_schema as schema
-from memory.store._common import as_embedding, entity_key, entity_keys, fts_query, index_text, node_time
+from memory.store._common import as_embedding, entity_key, entity_keys, fts_query, index_text, node_time, time_key
 from memory.store.errors import (
     DuplicateNodeError,
     NodeNotFoundError,
@@ -98,6 +99,8 @@ class SQLiteStore:
                 maintenance.rebuild_fts(self._conn)
             if any(p.startswith(("entities:", "edges:")) for p in problems):
                 maintenance.rebuild_links(self._conn)
+            if any(p.startswith("times:") for p in problems):
+                maintenance.rebuild_times(self._conn)
         if any(p.startswith("vectors:") for p in problems):
             self.rebuild_vectors()
         remaining = self.check()
@@ -154,6 +157,9 @@ class SQLiteStore:
     def _index_entities(self, node: Node) -> None:
         maintenance.insert_entities(self._conn, node.id, node.seq, entity_keys(node))
 
+    def _index_time(self, node: Node) -> None:
+        maintenance.insert_time(self._conn, node.seq, node.kind, time_key(node_time(node)))
+
     # ------------------------------------------------------------------ nodes
     def next_seq(self) -> int:
         with self._lock:
@@ -172,6 +178,7 @@ class SQLiteStore:
             )
             self._index_text(node, node.seq)
             self._index_entities(node)
+            self._index_time(node)
             self._vectors.add(node.seq, vec)
             self._bump_generation()
 
@@ -209,6 +216,8 @@ class SQLiteStore:
             self._index_text(node, seq)
             self._conn.execute("DELETE FROM node_entities WHERE node_id = ?", (node.id,))
             self._index_entities(node)
+            self._conn.execute("DELETE FROM node_times WHERE seq = ?", (seq,))
+            self._index_time(node)
             if vec is not None:
                 self._vectors.add(seq, vec)
                 self._bump_generation()
@@ -352,6 +361,16 @@ class SQLiteStore:
                 "SELECT seq, id FROM nodes WHERE seq BETWEEN ? AND ? AND seq != ?", (seq - window, seq + window, seq)
             ).fetchall()
         return [i for s, i in sorted(rows, key=lambda r: (abs(r[0] - seq), r[0]))]
+
+    def nearest_in_time(self, when: datetime, seq: int, *, after: bool, kind: str) -> str | None:
+        """The node of `kind` just before / after (when, seq) in (time, seq) order: one row of the
+        (kind, time, seq) index of `node_times`."""
+        op, order = (">", "ASC") if after else ("<", "DESC")
+        sql = (f"SELECT n.id FROM node_times t JOIN nodes n ON n.seq = t.seq "
+               f"WHERE t.kind = ? AND (t.time, t.seq) {op} (?, ?) ORDER BY t.time {order}, t.seq {order} LIMIT 1")
+        with self._lock:
+            row = self._conn.execute(sql, (kind, time_key(when), seq)).fetchone()
+        return None if row is None else str(row[0])
 
     def embedding(self, node_id: str) -> np.ndarray | None:
         with self._lock:

@@ -1,6 +1,6 @@
 """Consistency checks and repairs of the SQLite store's derived data (FTS rows, entity rows).
 
-Each problem is a string prefixed by the part it concerns ("fts:", "vectors:", "edges:", "entities:",
+Each problem is a string prefixed by the part it concerns ("fts:", "vectors:", "edges:", "entities:", "times:",
 "embeddings:"), so the store knows which part to rebuild. Only "embeddings:" cannot be derived again.
 """
 
@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from memory.store import sqlite_schema as schema
-from memory.store._common import entity_keys, index_text
+from memory.store._common import entity_keys, index_text, node_time, time_key
 
 PAGE = 512  # rows per page when iterating or rebuilding
-DERIVED = ("fts:", "vectors:", "edges:", "entities:")
+DERIVED = ("fts:", "vectors:", "edges:", "entities:", "times:")
 
 
 def pages(conn: sqlite3.Connection, select: str) -> Iterator[list[Any]]:
@@ -55,6 +55,10 @@ def find_problems(conn: sqlite3.Connection, dim: int, vector_ids: set[int] | Non
     orphans = q("SELECT COUNT(*) FROM node_entities WHERE node_id NOT IN (SELECT id FROM nodes)").fetchone()[0]
     if orphans:
         problems.append(f"entities: {orphans} entity rows point at missing nodes")
+    timed = {int(r[0]) for r in q("SELECT seq FROM nodes WHERE event_time IS NOT NULL OR observed_at IS NOT NULL")}
+    rows = {int(r[0]) for r in q("SELECT seq FROM node_times")}
+    if rows != timed:
+        problems.append(f"times: {len(rows)} time rows for {len(timed)} nodes with a time ({len(rows ^ timed)} differ)")
     return problems
 
 
@@ -73,6 +77,20 @@ def insert_entities(conn: sqlite3.Connection, node_id: str, seq: int, keys: list
     conn.executemany(
         "INSERT INTO node_entities (entity, node_id, seq) VALUES (?, ?, ?)", [(k, node_id, seq) for k in keys]
     )
+
+
+def insert_time(conn: sqlite3.Connection, seq: int, kind: str, key: str | None) -> None:
+    if key is not None:
+        conn.execute("INSERT INTO node_times (seq, kind, time) VALUES (?, ?, ?)", (seq, kind, key))
+
+
+def rebuild_times(conn: sqlite3.Connection) -> None:
+    """Fill `node_times` again from `nodes` (a store written before it existed has it empty)."""
+    conn.execute("DELETE FROM node_times")
+    for rows in pages(conn, f"SELECT {schema.NODE_COLUMNS} FROM nodes"):
+        for row in rows:
+            node = schema.row_node(row)
+            insert_time(conn, node.seq, node.kind, time_key(node_time(node)))
 
 
 def rebuild_links(conn: sqlite3.Connection) -> None:

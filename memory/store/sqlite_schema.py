@@ -3,6 +3,10 @@
 `nodes.seq` is the rowid: the FTS5 rowid and the faiss id are the same number. The FTS5 table holds each node's
 `tokenize` tokens (not its raw text), so FTS5 sees exactly the tokens `controller.lexical` produces and a query
 built from those tokens matches the same way in both stores.
+
+`node_times` is derived too: one row per node with a time (`_common.time_key`, which sorts like the time even
+when the stored texts carry different UTC offsets), indexed by (kind, time, seq) for `nearest_in_time`. A store
+written before the table existed has it empty; `check()` reports that ("times:") and opening fills it.
 """
 
 from __future__ import annotations
@@ -60,6 +64,12 @@ CREATE TABLE IF NOT EXISTS node_entities (
 );
 CREATE INDEX IF NOT EXISTS node_entities_recent ON node_entities (entity, seq);
 CREATE INDEX IF NOT EXISTS node_entities_node ON node_entities (node_id);
+CREATE TABLE IF NOT EXISTS node_times (
+    seq INTEGER PRIMARY KEY REFERENCES nodes (seq) ON DELETE CASCADE,
+    kind TEXT NOT NULL,
+    time TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS node_times_order ON node_times (kind, time, seq);
 """
 
 FTS_DDL = "CREATE VIRTUAL TABLE IF NOT EXISTS nodes_fts USING fts5(body, tokenize = 'unicode61')"

@@ -312,6 +312,42 @@ class StoreContract:
         assert store.nodes_near_time(100, 5) == []
         assert store.nodes_near_time(3, 0) == []
 
+    def test_nearest_in_time_orders_by_time_then_seq(self, store: Store) -> None:
+        day = datetime(2024, 5, 10, 12)
+        paris = timezone(timedelta(hours=2))
+        rows = [  # (id, seq, observed_at, event_time, kind)
+            ("late", 0, day + timedelta(days=2), None, "observation"),
+            ("tie_b", 1, day, None, "observation"),
+            ("untimed", 2, None, None, "observation"),
+            ("tie_a", 3, day.replace(hour=14, tzinfo=paris), None, "observation"),  # 12:00 UTC, the same instant
+            ("early", 4, day + timedelta(days=5), day - timedelta(days=3), "observation"),  # event_time wins
+            ("summary", 5, day - timedelta(days=1), None, "summary"),
+        ]
+        for node_id, seq, observed, event, kind in rows:
+            store.add_node(make_node(node_id, seq, "x", observed_at=observed, event_time=event, kind=kind), unit(seq))
+
+        def around(when: datetime, seq: int, kind: str = "observation") -> tuple[str | None, str | None]:
+            return (store.nearest_in_time(when, seq, after=False, kind=kind), store.nearest_in_time(when, seq, after=True, kind=kind))
+
+        assert around(day, 1) == ("early", "tie_a")  # ties broken by seq; the node at (when, seq) itself is skipped
+        assert around(day, 3) == ("tie_b", "late")
+        assert around(day, 2) == ("tie_b", "tie_a")
+        assert around(day.replace(hour=13, tzinfo=timezone.utc), 99) == ("tie_a", "late")
+        assert around(day - timedelta(days=30), 99) == (None, "early")
+        assert around(day + timedelta(days=30), 0) == ("late", None)
+        assert around(day, 99, kind="summary") == ("summary", None)
+        assert around(day, 99, kind="other") == (None, None)
+        store.update_node(replace(store.get_node("early"), event_time=None))  # now 15 May, after "late"
+        assert around(day + timedelta(days=3), 99) == ("late", "early")
+        store.delete_node("late")
+        assert around(day + timedelta(days=3), 99) == ("tie_a", "early")
+        with pytest.raises(RuntimeError), store.transaction():
+            store.add_node(make_node("backfill", 9, "x", observed_at=day - timedelta(days=9)), unit(9))
+            assert around(day - timedelta(days=30), 99) == (None, "backfill")
+            raise RuntimeError("roll back")
+        assert around(day - timedelta(days=30), 99) == (None, "tie_b")
+        assert store.check() == []
+
     # ------------------------------------------------------------------ transactions and consistency
     def test_transaction_rollback_leaves_nothing_behind(self, filled: Store) -> None:
         before = snapshot(filled)

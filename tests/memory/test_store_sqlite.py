@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -111,6 +112,27 @@ def test_vector_drift_is_detected_and_rebuilt(tmp_path: Path) -> None:
         store.rebuild_vectors()
         assert store.check() == []
         assert store.vector_search(unit(3), 1)[0][0] == "n3"
+
+
+@pytest.mark.parametrize("damage", ["DROP TABLE node_times", "DELETE FROM node_times WHERE seq = 1"])
+def test_a_store_without_its_time_rows_is_filled_on_open(tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str) -> None:
+    """A store written before `node_times` existed (or one that lost rows) gets them back from `nodes`."""
+    path = tmp_path / "m.db"
+    day = datetime(2024, 5, 10)
+    with SQLiteStore(path, dim=DIM) as store:
+        for i in range(4):
+            store.add_node(make_node(f"n{i}", i, "x", observed_at=day - timedelta(days=i)), unit(i))
+        store.add_node(make_node("u", 4, "x"), unit(4))
+    conn = sqlite3.connect(path)
+    conn.execute(damage)
+    conn.commit()
+    conn.close()
+    with caplog.at_level(logging.WARNING), SQLiteStore(path, dim=DIM) as store:
+        assert store.check() == []
+        assert store.nearest_in_time(day, 99, after=False, kind="observation") == "n0"
+        assert store.nearest_in_time(day - timedelta(days=1), 1, after=False, kind="observation") == "n2"
+        assert store._conn.execute("SELECT COUNT(*) FROM node_times").fetchone()[0] == 4
+    assert "times:" in caplog.text
 
 
 @pytest.mark.parametrize(
