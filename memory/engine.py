@@ -187,7 +187,7 @@ class Engine:
             if every and self._writes % every == 0:
                 self._consolidate()
                 lap("consolidation")
-            return WriteResult(node.id, len(cands.nodes), inferred, questions, status, timings)
+            return WriteResult(node.id, len(cands.nodes), inferred, questions, status, timings, assessment.over_budget)
 
     def write_many(self, observations: Iterable[Observation]) -> list[WriteResult]:
         return [self.write(obs) for obs in observations]

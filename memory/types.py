@@ -130,3 +130,6 @@ class WriteResult:
     controller_questions: int
     link_status: LinkStatus
     timings_ms: dict[str, float]
+    # shortlisted candidates whose pair was not judged because a state was over the size bound or the model's
+    # input limit: "not assessed", as distinct from judged and not linked
+    unjudged: tuple[str, ...] = ()

@@ -193,6 +193,8 @@ class WriteResultOut(BaseModel):
     controller_questions: int
     link_status: str
     timings_ms: dict[str, float]
+    unjudged: list[str] = Field(default_factory=list, description="shortlisted candidates whose pair was not judged "
+                                "(a state over the size bound or the model's input limit): not assessed, not 'no link'")
 
     @classmethod
     def of(cls, result: WriteResult) -> WriteResultOut:

@@ -246,6 +246,7 @@ def test_one_candidate_over_the_input_limit_does_not_cost_the_other_pairs() -> N
     long_id = engine.write(obs("Mira: data science " + "東京" * 150, 1)).node_id
     result = engine.write(obs("Mira: data science projects", 2))
     assert result.candidates == 2 and result.link_status == LinkStatus.ASSESSED
+    assert result.unjudged == (long_id,)  # not assessed, as distinct from judged and not linked
     assert [(e.src, e.dst) for e in edges_of(engine, "semantic")] == [(result.node_id, first)]
     assert engine.last_candidates is not None and long_id in engine.last_candidates.ids
 

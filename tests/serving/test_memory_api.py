@@ -30,7 +30,7 @@ async def test_write_get_edit_delete(fake_memory: tuple[httpx2.AsyncClient, Fake
     client, engine = fake_memory
     obs = {"content": "Mira: my bicycle broke.", "speaker": "Mira", "source_ids": ["D1:3"], "observed_at": "2024-05-14T10:00:00+02:00", "metadata": {"k": [1, None]}}
     r = await client.post(f"{M}/observations", json=obs)
-    assert r.status_code == 201 and r.json()["link_status"] == "empty_shortlist"
+    assert r.status_code == 201 and r.json()["link_status"] == "empty_shortlist" and r.json()["unjudged"] == []
     node_id = r.json()["node_id"]
     view = (await client.get(f"{M}/nodes/{node_id}")).json()
     assert view["node"]["content"] == obs["content"] and view["node"]["source_ids"] == ["D1:3"]
