@@ -114,6 +114,14 @@ def test_vector_drift_is_detected_and_rebuilt(tmp_path: Path) -> None:
         assert store.vector_search(unit(3), 1)[0][0] == "n3"
 
 
+def _damage(path: Path, sql: str) -> None:
+    """Change the database behind the store's back, as another tool or a crash might."""
+    conn = sqlite3.connect(path)
+    conn.execute(sql)
+    conn.commit()
+    conn.close()
+
+
 @pytest.mark.parametrize("damage", ["DROP TABLE node_times", "DELETE FROM node_times WHERE seq = 1"])
 def test_a_store_without_its_time_rows_is_filled_on_open(tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str) -> None:
     """A store written before `node_times` existed (or one that lost rows) gets them back from `nodes`."""
@@ -123,10 +131,7 @@ def test_a_store_without_its_time_rows_is_filled_on_open(tmp_path: Path, caplog:
         for i in range(4):
             store.add_node(make_node(f"n{i}", i, "x", observed_at=day - timedelta(days=i)), unit(i))
         store.add_node(make_node("u", 4, "x"), unit(4))
-    conn = sqlite3.connect(path)
-    conn.execute(damage)
-    conn.commit()
-    conn.close()
+    _damage(path, damage)
     with caplog.at_level(logging.WARNING), SQLiteStore(path, dim=DIM) as store:
         assert store.check() == []
         assert store.nearest_in_time(day, 99, after=False, kind="observation") == "n0"
@@ -149,10 +154,7 @@ def test_damaged_fts_is_detected_and_repaired(tmp_path: Path, caplog: pytest.Log
     with SQLiteStore(path, dim=DIM) as store:
         _fill(store)
         expected = store.text_search("cats item2", 3)
-    conn = sqlite3.connect(path)
-    conn.execute(damage)
-    conn.commit()
-    conn.close()
+    _damage(path, damage)
     with caplog.at_level(logging.WARNING), SQLiteStore(path, dim=DIM) as store:
         assert store.check() == []
         assert store.text_search("cats item2", 3) == expected
@@ -167,10 +169,7 @@ def test_bad_embedding_blob_cannot_be_repaired(tmp_path: Path, drop_vector_file:
         _fill(store)
     if drop_vector_file:
         (tmp_path / "m.db.faiss").unlink()
-    conn = sqlite3.connect(path)
-    conn.execute("UPDATE nodes SET embedding = x'0000' WHERE seq = 1")
-    conn.commit()
-    conn.close()
+    _damage(path, "UPDATE nodes SET embedding = x'0000' WHERE seq = 1")
     with pytest.raises(StoreCorruptionError) as info:
         SQLiteStore(path, dim=DIM)
     assert any(p.startswith("embeddings:") for p in info.value.problems)
