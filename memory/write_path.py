@@ -85,6 +85,11 @@ def check_storable(obs: Observation) -> None:
                 raise InvalidObservationError(f"{name} is out of range in UTC", value) from error
 
 
+# Node metadata keys the engine writes and reads (given entities, authored and refused links, a summary's
+# sources): an observation may not set them, so what it carries can never change how the engine links it.
+RESERVED_METADATA: frozenset[str] = frozenset({"entities_given", "links_authored", "links_refused", "summary_of", "summary_source"})
+
+
 def make_node(obs: Observation, *, seq: int, config: EngineConfig, known_names: Iterable[str] = ()) -> Node:
     """Phase 1: a validated node (not yet typed or stored)."""
     if not isinstance(obs, Observation):
@@ -98,6 +103,9 @@ def make_node(obs: Observation, *, seq: int, config: EngineConfig, known_names: 
     if obs.speaker is not None and not isinstance(obs.speaker, str):
         raise InvalidObservationError(f"speaker must be text or None, got {type(obs.speaker).__name__}", obs.speaker)
     check_storable(obs)
+    reserved = sorted(set(obs.metadata) & RESERVED_METADATA)
+    if reserved:
+        raise InvalidObservationError(f"metadata key {reserved[0]!r} is reserved by the engine", obs.metadata)
     if obs.entities is None:
         entities = extract_entities(obs.content, speaker=obs.speaker, known_names=known_names, limit=config.max_entities)
     else:

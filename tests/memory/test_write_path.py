@@ -10,6 +10,7 @@ import pytest
 from controller.families import TEMPORAL_RELATIONS
 from memory.errors import InvalidObservationError
 from memory.types import EdgeOrigin, LinkStatus, Observation
+from memory.write_path import REFUSALS, RESERVED_METADATA
 from tests.memory.engine_fakes import T0, RuleBackend, make_engine, obs
 
 
@@ -276,3 +277,19 @@ def test_typing_cuts_a_long_text_visibly() -> None:
     engine.write(obs("Mira: " + "a long note about the garden " * 20, 0))
     typed = [r.state["observation"] for r in backend.requests if "observation" in r.state]
     assert typed and len(typed[0]) <= 200 and typed[0].endswith(" [truncated]")
+
+
+@pytest.mark.parametrize("key", sorted(RESERVED_METADATA))
+def test_an_observation_cannot_set_the_engines_own_metadata(key: str) -> None:
+    # e.g. {"links_refused": [[a, b, "semantic"]]} in a write would stop the engine from linking it as judged
+    engine = make_engine()
+    with pytest.raises(InvalidObservationError, match="reserved"):
+        engine.write(obs("Mira: data science work", 0, metadata={key: True}))
+    assert engine.store.count_nodes() == 0
+    assert REFUSALS in RESERVED_METADATA
+
+
+def test_other_metadata_is_kept_as_given() -> None:
+    engine = make_engine()
+    node_id = engine.write(obs("Mira: data science work", 0, metadata={"topic": "work", "links": 2})).node_id
+    assert engine.store.get_node(node_id).metadata == {"topic": "work", "links": 2}

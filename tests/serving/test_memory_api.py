@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -346,3 +347,15 @@ async def test_relink_through_the_served_controller_queue_when_the_backend_is_do
         backend.down = False
         r = await client.post(f"{M}/relink")
         assert r.status_code == 200 and r.json()["pending"] == [] and r.json()["errors"] == {}
+
+
+def test_the_engines_own_metadata_keys_are_refused_over_http(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from serving.app import create_app
+    from serving.settings import Settings
+
+    with TestClient(create_app(Settings.from_env(memory_db=str(tmp_path / "m.sqlite")))) as client:
+        r = client.post(f"{M}/observations", json={"content": "Mira: hi", "metadata": {"links_refused": [["a", "b", "semantic"]]}})
+        assert r.status_code == 422 and "reserved" in r.text
+        assert client.post(f"{M}/observations", json={"content": "Mira: hi", "metadata": {"topic": "x"}}).status_code == 201
