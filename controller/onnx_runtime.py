@@ -19,7 +19,6 @@ measured 6e-3 on the logits, and the extra quantise ops ate the speed-up.)
 from __future__ import annotations
 
 import glob
-import hashlib
 import json
 import logging
 import os
@@ -33,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from controller.artifacts import file_sha256
 from controller.errors import BackendUnavailableError, ParityError
 from controller.families import family_questions
 from controller.onnx_export import DEFAULT_ATOL, ExportMethod, check_parity, export_onnx
@@ -152,7 +152,7 @@ def read_cached_record(path: Path, model_hash: str, required: Sequence[str] = ()
     if record["model_hash"] != model_hash:
         log.warning("rebuilding the cached graph %s: it was built for model %s", path, str(record["model_hash"])[:12])
         return None
-    if record["sha256"] != _file_sha256(path):
+    if record["sha256"] != file_sha256(path):
         log.warning("rebuilding the cached graph %s: the file changed since it passed parity", path)
         return None
     return record
@@ -163,7 +163,7 @@ def write_cached_record(path: Path, record: Mapping[str, Any]) -> None:
     sidecar = path.with_suffix(".json")
     tmp = _tmp_path(sidecar)
     try:
-        tmp.write_text(json.dumps({**record, "sha256": _file_sha256(path)}) + "\n", encoding="utf-8")
+        tmp.write_text(json.dumps({**record, "sha256": file_sha256(path)}) + "\n", encoding="utf-8")
         os.replace(tmp, sidecar)
     finally:
         tmp.unlink(missing_ok=True)
@@ -181,14 +181,6 @@ def remove_stale_temps(path: Path, max_age_s: float = STALE_TMP_AGE_S) -> None:
                 log.info("removed %s, left by an interrupted build", tmp)
         except OSError:  # another process removed it first, or it is not ours to delete
             continue
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _build_int8(tokenizer: TemplateTokenizer, path: Path, fp32_path: Path, method: str, int8_atol: float, invariance_atol: float) -> GraphInfo:
