@@ -85,11 +85,6 @@ def check_storable(obs: Observation) -> None:
                 raise InvalidObservationError(f"{name} is out of range in UTC", value) from error
 
 
-# Node metadata keys the engine writes and reads (given entities, authored and refused links, a summary's
-# sources): an observation may not set them, so what it carries can never change how the engine links it.
-RESERVED_METADATA: frozenset[str] = frozenset({"entities_given", "links_authored", "links_refused", "summary_of", "summary_source"})
-
-
 def make_node(obs: Observation, *, seq: int, config: EngineConfig, known_names: Iterable[str] = ()) -> Node:
     """Phase 1: a validated node (not yet typed or stored)."""
     if not isinstance(obs, Observation):
@@ -215,6 +210,9 @@ def temporal_edges(node: Node, candidates: Sequence[Node]) -> list[Edge]:
 # Node metadata key of the links a user removed (`Engine.unlink`): [src, dst, relation] triples, kept on both
 # endpoints so that deleting either node can drop them without a scan. Derived edges skip them.
 REFUSALS = "links_refused"
+# Node metadata keys the engine writes and reads (given entities, authored and refused links, a summary's
+# sources): an observation may not set them, so what it carries can never change how the engine links it.
+RESERVED_METADATA: frozenset[str] = frozenset({"entities_given", "links_authored", REFUSALS, "summary_of", "summary_source"})
 
 
 def refusals(node: Node | None) -> set[tuple[str, str, str]]:
