@@ -213,8 +213,7 @@ def stage_fit_specialist(cfg: PipelineConfig, *, resume: bool = False) -> dict[s
 
     if cfg.specialist not in FAMILIES:
         raise PipelineError(f"unknown specialist family {cfg.specialist!r}; families: {', '.join(FAMILIES)}")
-    if not (cfg.model / "config.json").exists():
-        raise PipelineError(f"no model directory at {cfg.model}: run the fit stage first")
+    require_model(cfg)
     examples = [e for e in split_examples(cfg, "train") if e.family == cfg.specialist]
     requests, _ = prepare_requests(examples, tokenizer(cfg), max_questions=cfg.max_questions,
                                    noul_as_choice_rate=cfg.noul_as_choice_rate, seed=cfg.fit.seed)
