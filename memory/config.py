@@ -116,6 +116,11 @@ class EngineConfig:
     # (they are stored and never walked), "temporal" or "semantic" (always active). conv-44, shipped artifact:
     # R_frac@10 0.708 / 0.708 / 0.706 for "" / temporal / semantic (README), so "" stays.
     order_edges_view: str = ""
+    # Feedback search: each expansion round also takes up to feedback_k unjudged nodes from a hybrid search for the
+    # query joined with the feedback_docs most promising memories the round judged (pseudo-relevance feedback:
+    # evidence for a second hop shares words with the first hop's evidence, not with the question). 0 = off.
+    feedback_k: int = 0
+    feedback_docs: int = 2
     tau_admit: float = 0.5  # a node found by traversal (not a seed) is ranked only when p_relevant exceeds this
     expand_decay: float = 0.8  # structure of an expanded node = decay * parent's structure * edge weight
     recency_weight: float = 0.0  # + recency_weight * p_recency * (position in time among the ranked nodes)
@@ -143,13 +148,13 @@ class EngineConfig:
                 raise ConfigError(f"{f.name} must be a finite number, got {value!r}", f.name, value)
         positive = ("candidates_k", "channel_k", "rrf_k", "seed_rrf_k", "max_entities", "max_memory_chars", "consolidation_window",
                     "expansion_budget", "max_depth", "n_seeds", "seed_pool", "seed_depth", "stop_evidence_k", "max_evidence_chars",
-                    "expand_per_node", "answer_evidence_k")
+                    "expand_per_node", "answer_evidence_k", "feedback_docs")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}", name, getattr(self, name))
         non_negative = ("w_vector", "w_lexical", "w_entity", "w_temporal", "w_speaker", "temporal_window", "entity_edge_limit",
                         "consolidation_every", "consolidation_max_pairs", "min_view_budget", "gamma", "dense_weight",
-                        "seed_weight", "relevance_weight", "recency_weight", "superseded_penalty")
+                        "seed_weight", "relevance_weight", "recency_weight", "superseded_penalty", "feedback_k")
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}", name, getattr(self, name))

@@ -7,7 +7,9 @@
     stop    one request per round that could be followed by another: evidence_sufficient, continue_useful,
             missing_evidence, contradiction (a round at the depth or budget limit, or with an empty frontier,
             ends without asking, and asks only `relevant` of its candidates when no expansion can follow)
-    expand  from judged nodes with relevant or bridge >= tau_frontier, per active view, within its budget
+    expand  from judged nodes with relevant or bridge >= tau_frontier, per active view, within its budget; with
+            feedback_k, also up to feedback_k nodes from a hybrid search for the query joined with the
+            feedback_docs most promising of them (pseudo-relevance feedback)
     rank    seed_weight * structure + relevance_weight * (p_relevant - centre)  [+ recency terms], the centre
             being the mean judged p_relevant of what is ranked (0.5 without center_relevance); seeds always, a node found
             by traversal only when p_relevant > tau_admit
@@ -35,7 +37,7 @@ from memory.control import Controller, clipped, keyed, memory_state, noul
 from memory.errors import ControllerOutputError
 from memory.routing import VIEW_RELATIONS, Route, ask_route, plan_route
 from memory.store.base import Store
-from memory.traversal import Candidate, expand_view, hybrid_seeds, judge
+from memory.traversal import Candidate, expand_view, feedback_candidates, feedback_text, hybrid_seeds, judge
 from memory.types import Evidence, QueryResult, TraceStep
 
 log = logging.getLogger(__name__)
@@ -191,6 +193,12 @@ def run_query(
                 new = expand_view(store, frontier, view, relations, left.get(view, 0), claimed, depth, config)
                 left[view] = left.get(view, 0) - len(new)
                 spent[view] = len(new)
+                found.extend(new)
+            if config.feedback_k:
+                parents = frontier[: config.feedback_docs]
+                text = feedback_text(query, parents)
+                new = feedback_candidates(store, embedder.embed([text])[0], text, parents, config.feedback_k, claimed, depth, config)
+                spent["feedback"] = len(new)
                 found.extend(new)
             round_nodes = []
             for cand in found:

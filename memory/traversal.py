@@ -35,6 +35,30 @@ class Candidate:
         return max(self.relevant or 0.0, self.bridge or 0.0)
 
 
+def fused(lists: Sequence[tuple[str, Sequence[str], float]], rrf_k: int) -> tuple[dict[str, float], dict[str, tuple[int, str]]]:
+    """Weighted RRF of ranked id lists `(name, ids, weight)`: each id's fused score, and its best (rank, list name)."""
+    score: dict[str, float] = {}
+    best: dict[str, tuple[int, str]] = {}
+    for name, ids, weight in lists:
+        for rank, node_id in enumerate(ids):
+            score[node_id] = score.get(node_id, 0.0) + weight / (rrf_k + rank + 1)
+            if node_id not in best or rank < best[node_id][0]:
+                best[node_id] = (rank, name)
+    return score, best
+
+
+def hybrid_ranking(store: Store, embedding: np.ndarray, text: str, depth: int,
+                   config: EngineConfig) -> tuple[list[str], dict[str, float], dict[str, tuple[int, str]]]:
+    """Ids by fused score, best first (BM25 weight 1, vector `dense_weight`, k = seed_rrf_k, lists `depth` deep),
+    with `fused`'s scores normalised to (0, 1] and best list entries."""
+    lexical = [i for i, _ in store.text_search(text, depth)]
+    dense = [i for i, _ in store.vector_search(embedding, depth)] if config.dense_weight > 0 else []
+    score, best = fused((("bm25", lexical, 1.0), ("vector", dense, config.dense_weight)), config.seed_rrf_k)
+    top = (1.0 + config.dense_weight) / (config.seed_rrf_k + 1)
+    order = sorted(score, key=lambda i: (-score[i], best[i][0], i))
+    return order, {i: s / top for i, s in score.items()}, best
+
+
 def hybrid_seeds(store: Store, embedding: np.ndarray, query: str, config: EngineConfig) -> list[Candidate]:
     """The fused pool, best first: RRF of BM25 (weight 1) and vector (weight `dense_weight`), k = seed_rrf_k.
 
@@ -43,20 +67,35 @@ def hybrid_seeds(store: Store, embedding: np.ndarray, query: str, config: Engine
     R_frac@10 against fusing whole rankings); with a small k the head decides and the depth hardly matters
     (k = 10, equal weights: 0.661 / 0.663 / 0.667 at depth 50 / 100 / 1000, against 0.627 for k = 60, 0.5).
     """
-    depth = max(config.seed_depth, config.seed_pool)
-    lexical = [i for i, _ in store.text_search(query, depth)]
-    dense = [i for i, _ in store.vector_search(embedding, depth)] if config.dense_weight > 0 else []
-    score: dict[str, float] = {}
-    best: dict[str, tuple[int, str]] = {}
-    for name, ids, weight in (("bm25", lexical, 1.0), ("vector", dense, config.dense_weight)):
-        for rank, node_id in enumerate(ids):
-            score[node_id] = score.get(node_id, 0.0) + weight / (config.seed_rrf_k + rank + 1)
-            if node_id not in best or rank < best[node_id][0]:
-                best[node_id] = (rank, name)
-    top = (1.0 + config.dense_weight) / (config.seed_rrf_k + 1)
-    order = sorted(score, key=lambda i: (-score[i], best[i][0], i))[: config.seed_pool]
+    order, score, best = hybrid_ranking(store, embedding, query, max(config.seed_depth, config.seed_pool), config)
+    order = order[: config.seed_pool]
     nodes = {n.id: n for n in store.get_nodes(order)}
-    return [Candidate(nodes[i], f"seed:{best[i][1]}", 0, score[i] / top) for i in order if i in nodes]
+    return [Candidate(nodes[i], f"seed:{best[i][1]}", 0, score[i]) for i in order if i in nodes]
+
+
+def feedback_text(query: str, parents: Sequence[Candidate]) -> str:
+    """The feedback search's text: the query, then the memories judged most promising, one per line."""
+    return "\n".join([query, *(p.node.content for p in parents)])
+
+
+def feedback_candidates(store: Store, embedding: np.ndarray, text: str, parents: Sequence[Candidate], budget: int,
+                        claimed: set[str], depth: int, config: EngineConfig) -> list[Candidate]:
+    """Up to `budget` unclaimed nodes from a hybrid search for `text` (`feedback_text`: the query with what the
+    last round found), best first. This reaches evidence that shares no words or edge with the query but does
+    with the evidence already found: the second hop of a multi-hop question. Structure: expand_decay x the best
+    parent's x the node's normalised fused score."""
+    if budget <= 0 or not parents:
+        return []
+    order, score, _ = hybrid_ranking(store, embedding, text, max(config.seed_depth, budget), config)
+    wanted = [i for i in order if i not in claimed][:budget]
+    nodes = {n.id: n for n in store.get_nodes(wanted)}
+    parent = max(p.structure for p in parents)
+    found = []
+    for node_id in wanted:
+        if node_id in nodes:
+            claimed.add(node_id)
+            found.append(Candidate(nodes[node_id], "expand:feedback", depth, config.expand_decay * parent * score[node_id]))
+    return found
 
 
 def current(edge: Edge, a: Node, b: Node) -> bool:

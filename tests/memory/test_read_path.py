@@ -497,3 +497,60 @@ def test_order_edges_are_walked_only_by_the_configured_view(view: str) -> None:
         assert target in got and got[target].via == f"expand:{view}"
     else:
         assert target not in got  # stored, never walked
+
+
+def _second_hop(engine: Any) -> tuple[str, str]:
+    """(target, seed): the target shares words with the seed ("Kestrel Forge") but none with the bicycle query,
+    and has no edge at all, so only a search with what the first round found can reach it."""
+    for i, text in enumerate(FILLER):
+        engine.write(obs(text, i))
+    target = engine.write(obs("Tomas: Kestrel Forge belongs to my cousin", 100)).node_id
+    for i, text in enumerate(FILLER):
+        engine.write(obs(text.replace("chat", "talk"), 200 + i))
+    seed = engine.write(obs("Mira: I bought a new bicycle at Kestrel Forge", 300)).node_id
+    for origin in EdgeOrigin:
+        engine.store.remove_edges(target, origin)
+    return target, seed
+
+
+def test_feedback_search_reaches_a_second_hop_without_an_edge() -> None:
+    rules = {("relevance", "relevant"): lambda s: 0.95 if "Kestrel" in s["memory"] else 0.05,
+             ("relevance", "bridge"): lambda s: 0.0, ("routing", "multi_hop"): lambda s: 1.0}
+    engine = make_engine(RuleBackend(rules), consolidation_every=0, n_seeds=2, seed_pool=3)
+    target, seed = _second_hop(engine)
+    query = "Why buy a new bicycle?"
+    assert target not in {c.node.id for c in hybrid_seeds(engine.store, engine.embedder.embed([query])[0], query, engine.config)}
+    assert not engine.store.edges_from(target) and not engine.store.edges_to(target)
+    assert target not in [e.node_id for e in engine.query(query, k=5).evidence]  # off by default
+    engine.config = engine.config.with_(feedback_k=2, feedback_docs=1)
+    result = engine.query(query, k=5)
+    got = {e.node_id: e for e in result.evidence}
+    assert seed in got and target in got
+    assert got[target].via == "expand:feedback" and got[target].depth == 1
+    assert [s.detail["found"]["feedback"] for s in result.trace if s.phase == "expand"][0] >= 1
+
+
+def test_feedback_finds_are_judged_and_admitted_like_traversal_finds() -> None:
+    p_target = {"p": 0.3}
+    rules = {("relevance", "relevant"): lambda s: p_target["p"] if "Tomas" in s["memory"] else 0.9 if "bicycle" in s["memory"] else 0.2,
+             ("relevance", "bridge"): lambda s: 0.0, ("routing", "multi_hop"): lambda s: 1.0}
+    engine = make_engine(RuleBackend(rules), consolidation_every=0, n_seeds=2, seed_pool=3, feedback_k=2, feedback_docs=1)
+    target, _ = _second_hop(engine)
+    query = "Why buy a new bicycle?"
+    assert target not in [e.node_id for e in engine.query(query, k=10).evidence]  # judged 0.3 <= tau_admit
+    p_target["p"] = 0.95
+    assert target in [e.node_id for e in engine.query(query, k=10).evidence]
+
+
+def test_feedback_text_joins_the_query_and_the_parents() -> None:
+    from memory.traversal import Candidate, feedback_candidates, feedback_text
+    engine = make_engine(RuleBackend(), consolidation_every=0)
+    ids = [engine.write(obs(text, i)).node_id for i, text in enumerate(FILLER[:4])]
+    parents = [Candidate(n, "seed:bm25", 0, 0.5) for n in engine.store.get_nodes(ids[:1])]
+    text = feedback_text("q?", parents)
+    assert text == "q?\n" + parents[0].node.content
+    claimed = set(ids[:2])
+    found = feedback_candidates(engine.store, engine.embedder.embed([text])[0], text, parents, 5, claimed, 1, engine.config)
+    assert {c.node.id for c in found} == set(ids[2:]) and claimed == set(ids)  # claimed ones are never taken again
+    assert all(0 < c.structure <= engine.config.expand_decay * 0.5 for c in found)
+    assert feedback_candidates(engine.store, engine.embedder.embed([text])[0], text, [], 5, set(), 1, engine.config) == []
