@@ -1,7 +1,9 @@
 """Lexical tools shared by the heuristic backend, the memory store and the baselines.
 
 Tokens are lower-cased `[a-z0-9]+` runs minus a small English stop list; BM25 uses k1=1.2, b=0.75 and
-idf = log(1 + (N - n + 0.5) / (n + 0.5)) (the reference configuration in EVALUATION.md).
+idf = log(1 + (N - n + 0.5) / (n + 0.5)) (the reference configuration in EVALUATION.md). The memory store's
+lexical index also stems them (`index_tokens`, Snowball English), so "camped" finds "camping"; the reference
+baselines and the heuristic backend keep the plain tokens.
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from functools import lru_cache
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 
@@ -29,12 +32,35 @@ def tokenize(text: str) -> list[str]:
     return [t for t in _TOKEN.findall(text.lower()) if t not in STOPWORDS]
 
 
+# What a store records about its lexical index: a store indexed under another analyzer is re-indexed on open.
+ANALYZER = "tokenize+snowball-english"
+
+_stem_word: Callable[[str], str] | None = None
+
+
+@lru_cache(maxsize=1 << 16)
+def stem(token: str) -> str:
+    """The Snowball English stem of one `tokenize` token ("camped", "camping" -> "camp"); digits stay as they are."""
+    global _stem_word
+    if _stem_word is None:  # imported on first use, not at import time
+        import snowballstemmer
+
+        _stem_word = snowballstemmer.stemmer("english").stemWord
+    return token if token.isdigit() else _stem_word(token)
+
+
+def index_tokens(text: str) -> list[str]:
+    """The memory store's index terms: `tokenize` tokens, stemmed (`stem`)."""
+    return [stem(t) for t in tokenize(text)]
+
+
 class BM25:
     """A small in-memory BM25 index over a growing list of documents (ids are positions)."""
 
-    def __init__(self, k1: float = 1.2, b: float = 0.75) -> None:
+    def __init__(self, k1: float = 1.2, b: float = 0.75, analyzer: Callable[[str], list[str]] | None = None) -> None:
         self.k1 = k1
         self.b = b
+        self._analyzer = analyzer or tokenize  # text -> terms (`tokenize`, or `index_tokens` for stemmed terms)
         self._tfs: list[Counter[str]] = []
         self._lens: list[int] = []
         self._df: Counter[str] = Counter()
@@ -45,7 +71,7 @@ class BM25:
         return len(self._tfs)
 
     def add(self, text: str) -> int:
-        tf = Counter(tokenize(text))
+        tf = Counter(self._analyzer(text))
         doc = len(self._tfs)
         self._tfs.append(tf)
         self._lens.append(sum(tf.values()))
@@ -69,7 +95,7 @@ class BM25:
             return {}
         avg = self._total_len / len(self._tfs) or 1.0
         out: dict[int, float] = {}
-        for term in set(tokenize(query)):
+        for term in set(self._analyzer(query)):
             idf = self.idf(term)
             for doc in self._postings.get(term, ()):
                 f = self._tfs[doc][term]

@@ -209,7 +209,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise UsageError("give either --systems or --controller, not both")
     controllers = args.controller or ["heuristic"]
     systems = [s.strip() for s in args.systems.split(",") if s.strip()] if args.systems else \
-        ["bm25", "dense", "rrf", *(f"jevmem-{c}" for c in controllers)]
+        ["bm25", "dense", "rrf", "bm25-stemmed", "rrf-stemmed", *(f"jevmem-{c}" for c in controllers)]
     if args.reference is not None and args.reference not in systems:
         raise UsageError(f"--reference {args.reference} is not among the systems run: {', '.join(systems)}")
     convs = _eval_conversations(args)

@@ -1,4 +1,6 @@
 """Flat baselines over the turns of one conversation: BM25, dense MiniLM and their reciprocal-rank fusion.
+BM25 also comes with the memory store's stemmed terms (`controller.lexical.index_tokens`), so a gain the
+engine owes to its stemmed index alone can be told apart from the rest.
 
 Each ranks *every* turn of the conversation (EVALUATION.md's reference protocol) and returns turn positions,
 best first. Text of a turn (the reference configuration):
@@ -19,7 +21,7 @@ from datetime import datetime
 import numpy as np
 
 from controller.embedding import Embedder
-from controller.lexical import BM25
+from controller.lexical import BM25, index_tokens
 from data.locomo import Turn
 
 DATE_STYLES: dict[str, Callable[[datetime], str]] = {
@@ -56,9 +58,11 @@ class Ranking:
     order: tuple[int, ...]
 
 
-def bm25_rank(turns: Sequence[Turn], queries: Sequence[str], *, style: str = REFERENCE_DATE_STYLE) -> list[Ranking]:
-    """BM25 (k1=1.2, b=0.75) over the turns; turns sharing no term follow in conversation order."""
-    index = BM25()
+def bm25_rank(turns: Sequence[Turn], queries: Sequence[str], *, style: str = REFERENCE_DATE_STYLE,
+              stemmed: bool = False) -> list[Ranking]:
+    """BM25 (k1=1.2, b=0.75) over the turns; turns sharing no term follow in conversation order. `stemmed`: over
+    the memory store's stemmed terms instead of the reference's plain tokens."""
+    index = BM25(analyzer=index_tokens if stemmed else None)
     index.add_many(bm25_text(t, style) for t in turns)
     out = []
     for query in queries:

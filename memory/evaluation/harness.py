@@ -36,7 +36,7 @@ from memory.store import open_store
 
 log = logging.getLogger(__name__)
 
-BASELINES: tuple[str, ...] = ("bm25", "dense", "rrf")
+BASELINES: tuple[str, ...] = ("bm25", "dense", "rrf", "bm25-stemmed", "rrf-stemmed")
 _EMBEDDERS: dict[tuple[str, bool], Embedder] = {}  # process-wide: MiniLM loads once
 ENGINE_PREFIX = "jevmem-"
 Progress = Callable[[str, int], Callable[[], None]]  # (label, total) -> step callback
@@ -143,41 +143,40 @@ def run_baselines(
     conversations: Sequence[Conversation], config: EvalConfig, embedder: Embedder | None, progress: Progress | None = None
 ) -> dict[str, SystemResult]:
     wanted = [s for s in config.systems if s in BASELINES]
-    need_dense = any(s in ("dense", "rrf") for s in wanted)
+    need_dense = any(s in ("dense", "rrf", "rrf-stemmed") for s in wanted)
     need_bm25 = any(s in ("bm25", "rrf") for s in wanted)
+    need_stemmed = any(s in ("bm25-stemmed", "rrf-stemmed") for s in wanted)
     results = {s: SystemResult(s) for s in wanted}
-    seconds = {"bm25": 0.0, "dense": 0.0}  # index building and ranking of all questions, per retriever
+    seconds = {"bm25": 0.0, "dense": 0.0, "bm25-stemmed": 0.0}  # index building and ranking of all questions, per retriever
     step = progress("baselines", len(conversations)) if progress else None
     n_questions = 0
     for conv in conversations:
         questions = scored_questions(conv)
         texts = [q.question for q in questions]
         n_questions += len(questions)
-        bm25 = dense = None
-        if need_bm25:
-            t0 = time.perf_counter()
-            bm25 = flat.bm25_rank(conv.turns, texts, style=config.date_style)
-            seconds["bm25"] += time.perf_counter() - t0
+        lists: dict[str, list[flat.Ranking]] = {}
+        for name, needed, stemmed in (("bm25", need_bm25, False), ("bm25-stemmed", need_stemmed, True)):
+            if needed:
+                t0 = time.perf_counter()
+                lists[name] = flat.bm25_rank(conv.turns, texts, style=config.date_style, stemmed=stemmed)
+                seconds[name] += time.perf_counter() - t0
         if need_dense:
             if embedder is None:
                 raise ValueError("the dense baseline needs an embedder")
             t0 = time.perf_counter()
-            dense = flat.dense_rank(conv.turns, texts, embedder, style=config.date_style)
+            lists["dense"] = flat.dense_rank(conv.turns, texts, embedder, style=config.date_style)
             seconds["dense"] += time.perf_counter() - t0
         for i, q in enumerate(questions):
-            rankings: dict[str, flat.Ranking] = {}
-            if bm25 is not None:
-                rankings["bm25"] = bm25[i]
-            if dense is not None:
-                rankings["dense"] = dense[i]
-            if "rrf" in results and bm25 is not None and dense is not None:
-                rankings["rrf"] = flat.rrf_fuse([bm25[i], dense[i]], [1.0, config.dense_weight], k=config.rrf_k)
+            rankings = {name: ranked[i] for name, ranked in lists.items()}
+            for fusion, lexical in (("rrf", "bm25"), ("rrf-stemmed", "bm25-stemmed")):
+                if fusion in results:
+                    rankings[fusion] = flat.rrf_fuse([rankings[lexical], rankings["dense"]], [1.0, config.dense_weight], k=config.rrf_k)
             for name, result in results.items():
                 result.scores.append(_score(conv, q, _turn_items(conv, rankings[name].order, config.query_k), config, False))
         if step:
             step()
     for name, result in results.items():
-        parts = ("bm25", "dense") if name == "rrf" else (name,)
+        parts = {"rrf": ("bm25", "dense"), "rrf-stemmed": ("bm25-stemmed", "dense")}.get(name, (name,))
         total = sum(seconds[p] for p in parts)
         # index building and ranking are timed together (embeddings may come from the cache)
         result.costs = {"index_and_rank_s": total, "per_query_ms": 1000.0 * total / max(n_questions, 1)}
@@ -262,7 +261,7 @@ def run_locomo(
         conversations = [truncate(c, config.max_turns) for c in conversations]
     ids = tuple(c.sample_id for c in conversations)
     base_embedder = embedder
-    if base_embedder is None and any(s in ("dense", "rrf") for s in config.systems):
+    if base_embedder is None and any(s in ("dense", "rrf", "rrf-stemmed") for s in config.systems):
         base_embedder = _embedder(config.baseline_embedder, config.cache, config.threads)
     systems = run_baselines(conversations, config, base_embedder, progress)
     notes: dict[str, Any] = {}

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from controller.families import memory_text
-from controller.lexical import tokenize
+from controller.lexical import index_tokens
 from memory.store.errors import EmbeddingError
 from memory.types import Node
 
@@ -49,9 +49,9 @@ def entity_keys(node: Node) -> list[str]:
 
 
 def index_text(content: str, when: datetime | None = None) -> str:
-    """What the lexical index holds for a node: the `tokenize` tokens of its dated text
+    """What the lexical index holds for a node: the stemmed tokens (`index_tokens`) of its dated text
     (`[8 May 2023] Speaker: text`, as the controller sees it), so questions naming a month or a year match."""
-    return " ".join(tokenize(memory_text(content, when)))
+    return " ".join(index_tokens(memory_text(content, when)))
 
 
 def node_time(node: Node) -> datetime | None:
@@ -69,12 +69,12 @@ def time_key(when: datetime | None) -> str | None:
 
 
 def query_tokens(query: str) -> list[str]:
-    """Distinct query tokens in first-seen order."""
-    return list(dict.fromkeys(tokenize(query)))
+    """Distinct query terms (`index_tokens`, as the index holds them) in first-seen order."""
+    return list(dict.fromkeys(index_tokens(query)))
 
 
 def fts_query(query: str) -> str:
-    """An FTS5 MATCH expression built only from quoted `tokenize` tokens joined by OR.
+    """An FTS5 MATCH expression built only from quoted `index_tokens` terms joined by OR.
 
     Tokens are `[a-z0-9]+` runs, so quoting makes every one a plain phrase: no FTS5 operator, column filter,
     prefix or NEAR group in the user's text is ever interpreted. Empty string means "no query".

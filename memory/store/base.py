@@ -13,7 +13,7 @@ Semantics every implementation keeps (checked by the contract suite):
   `edges_from` is ordered by (dst, relation), `edges_to` by (src, relation); `remove_edges` matches both
   directions.
 - `vector_search`: cosine, best first, ties by seq. `text_search`: BM25 (k1=1.2, b=0.75) over
-  `controller.lexical.tokenize` tokens, query text is data (no query syntax); score scales may differ between
+  `controller.lexical.index_tokens` terms (stemmed tokens), query text is data (no query syntax); score scales may differ between
   implementations (idf variants), the order of clear cases does not.
 - `nodes_with_entity` matches case-insensitively (strip + casefold), highest seq first.
 - `nodes_near_time(seq, window)`: other nodes with 0 < |s - seq| <= window, nearest first, earlier on ties.

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from controller.lexical import ANALYZER
 from memory.store import sqlite_check as maintenance
 from memory.store import sqlite_schema as schema
 from memory.store._common import as_embedding, entity_key, entity_keys, fts_query, index_text, node_time, time_key
@@ -65,6 +66,7 @@ class SQLiteStore:
             with self.transaction():
                 schema.create(self._conn)
                 self.embedder = schema.check_meta(self._conn, self.path, dim, embedder)
+                self._reindex_if_analyzer_changed()
             self._vectors = VectorIndex(dim, threads=search_threads)
             self._load_or_rebuild_vectors()
             self._repair_if_needed()
@@ -86,6 +88,16 @@ class SQLiteStore:
         if self._persist_vectors and self.vectors_path.exists():
             logger.warning("vector index %s is out of date; rebuilding it from %s", self.vectors_path, self.path)
         self.rebuild_vectors()
+
+    def _reindex_if_analyzer_changed(self) -> None:
+        """A store whose lexical index was built with other index terms (`controller.lexical.ANALYZER`; a store
+        written before the terms were stemmed records none) gets its FTS rows rebuilt from `nodes`, once."""
+        if schema.analyzer(self._conn) == ANALYZER:
+            return
+        if self._conn.execute("SELECT 1 FROM nodes LIMIT 1").fetchone() is not None:
+            logger.info("store %s: re-indexing its text for the %s index terms", self.path, ANALYZER)
+            maintenance.rebuild_fts(self._conn)
+        schema.set_analyzer(self._conn, ANALYZER)
 
     def _repair_if_needed(self) -> None:
         problems = self.check()

@@ -1,8 +1,9 @@
 """Schema of the SQLite store and the row <-> value conversions.
 
 `nodes.seq` is the rowid: the FTS5 rowid and the faiss id are the same number. The FTS5 table holds each node's
-`tokenize` tokens (not its raw text), so FTS5 sees exactly the tokens `controller.lexical` produces and a query
-built from those tokens matches the same way in both stores.
+stemmed `index_tokens` terms (not its raw text), so FTS5 sees exactly the terms `controller.lexical` produces and
+a query built from those terms matches the same way in both stores. `meta.analyzer` names those terms; opening a
+store indexed otherwise (or before it was recorded) rebuilds the FTS rows.
 
 `node_times` is derived too: one row per node with a time (`_common.time_key`, which sorts like the time even
 when the stored texts carry different UTC offsets), indexed by (kind, time, seq) for `nearest_in_time`. A store
@@ -132,6 +133,15 @@ def check_meta(conn: sqlite3.Connection, path: Path, dim: int, embedder: str | N
     if embedder is not None and stored is None:
         _set_meta(conn, "embedder", embedder)
     return embedder if stored is None else stored
+
+
+def analyzer(conn: sqlite3.Connection) -> str | None:
+    """The index terms the FTS rows were built with (`controller.lexical.ANALYZER`); None before it was recorded."""
+    return _meta(conn, "analyzer")
+
+
+def set_analyzer(conn: sqlite3.Connection, value: str) -> None:
+    _set_meta(conn, "analyzer", value)
 
 
 def vector_generation(conn: sqlite3.Connection) -> int:

@@ -270,6 +270,15 @@ class StoreContract:
         assert filled.text_search("cats", 0) == []
         assert filled.text_search("CATS!!", 10)[0][0] == hits[0][0]
 
+    def test_text_search_matches_other_inflections_of_a_word(self, store: Store) -> None:
+        store.add_node(make_node("camp", 0, "Melanie: we went camping at the beach"), unit(0))
+        store.add_node(make_node("research", 1, "Caroline: Researching adoption agencies"), unit(1))
+        store.add_node(make_node("other", 2, "a pottery class on Tuesday"), unit(2))
+        assert [i for i, _ in store.text_search("Where has Melanie camped?", 5)] == ["camp"]
+        assert [i for i, _ in store.text_search("What did Caroline research?", 5)] == ["research"]
+        assert [i for i, _ in store.text_search("classes", 5)] == ["other"]
+        assert store.text_search("2023", 5) == []  # numbers are terms as they are
+
     def test_text_search_prefers_shorter_document_on_same_term(self, store: Store) -> None:
         store.add_node(make_node("long", 0, "apple " + "filler words here " * 10), unit(0))
         store.add_node(make_node("short", 1, "apple pie"), unit(1))

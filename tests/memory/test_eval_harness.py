@@ -56,6 +56,25 @@ def test_bm25_and_dense_rank_every_turn(convs: list[Conversation]) -> None:
     assert turns[dense.order[0]].dia_id == "D2:1"
 
 
+def test_stemmed_bm25_matches_inflections_the_reference_misses(convs: list[Conversation]) -> None:
+    turns = convs[0].turns
+    painting = next(i for i, t in enumerate(turns) if "painting" in bm25_text(t).lower())
+    query = ["who paints?"]
+    (plain,) = bm25_rank(turns, query)
+    (stemmed,) = bm25_rank(turns, query, stemmed=True)
+    assert sorted(stemmed.order) == list(range(len(turns)))
+    assert stemmed.order[0] == painting and plain.order == tuple(range(len(turns)))  # plain: no shared term
+
+
+def test_stemmed_baselines_run_beside_the_reference_ones(convs: list[Conversation]) -> None:
+    config = EvalConfig(systems=("bm25", "rrf", "bm25-stemmed", "rrf-stemmed"), query_k=20, bootstrap_draws=20,
+                        budgets=(10,), baseline_embedder="hashing")
+    report = run_locomo(convs, config)
+    n = sum(len(scored_questions(c)) for c in convs)
+    assert all(len(report.systems[s].scores) == n for s in config.systems)
+    assert report.systems["rrf-stemmed"].costs["index_and_rank_s"] >= report.systems["bm25-stemmed"].costs["index_and_rank_s"]
+
+
 def test_rrf_weights_the_lists() -> None:
     a, b = Ranking((0, 1, 2)), Ranking((2, 1, 0))
     assert rrf_fuse([a, b], [1.0, 0.5], k=60).order == (0, 1, 2)

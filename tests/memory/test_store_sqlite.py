@@ -175,8 +175,33 @@ def test_bad_embedding_blob_cannot_be_repaired(tmp_path: Path, drop_vector_file:
     assert any(p.startswith("embeddings:") for p in info.value.problems)
 
 
+def test_a_store_indexed_with_plain_tokens_is_reindexed_once_on_open(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from controller.lexical import ANALYZER, tokenize
+    path = tmp_path / "m.db"
+    with SQLiteStore(path, dim=DIM) as store:
+        store.add_node(make_node("camp", 0, "we went camping at the beach"), unit(0))
+        store.add_node(make_node("other", 1, "a pottery class"), unit(1))
+    conn = sqlite3.connect(path)  # what a store written before the index terms were stemmed holds
+    with conn:
+        conn.execute("DELETE FROM meta WHERE key = 'analyzer'")
+        conn.execute("DELETE FROM nodes_fts")
+        conn.executemany("INSERT INTO nodes_fts (rowid, body) VALUES (?, ?)",
+                         [(0, " ".join(tokenize("we went camping at the beach"))), (1, " ".join(tokenize("a pottery class")))])
+    conn.close()
+    with caplog.at_level(logging.INFO, logger="memory.store.sqlite"), SQLiteStore(path, dim=DIM) as store:
+        assert [i for i, _ in store.text_search("camped", 5)] == ["camp"]
+        assert [i for i, _ in store.text_search("classes", 5)] == ["other"]
+        assert store._conn.execute("SELECT value FROM meta WHERE key = 'analyzer'").fetchone()[0] == ANALYZER
+        assert store.check() == []
+    assert any("re-indexing" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="memory.store.sqlite"), SQLiteStore(path, dim=DIM) as store:
+        assert [i for i, _ in store.text_search("camped", 5)] == ["camp"]
+    assert not any("re-indexing" in r.getMessage() for r in caplog.records)  # once
+
+
 def test_fts_query_quotes_every_token() -> None:
-    assert fts_query('"a" OR b* NEAR( Cats cats') == '"b" OR "near" OR "cats"'
+    assert fts_query('"a" OR b* NEAR( Cats cats') == '"b" OR "near" OR "cat"'  # stemmed, as the index holds it
     assert fts_query("") == ""
     assert fts_query("the of") == ""
 
