@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
@@ -36,17 +37,22 @@ def tokenize(text: str) -> list[str]:
 ANALYZER = "tokenize+snowball-english"
 
 _stem_word: Callable[[str], str] | None = None
+_stem_lock = threading.Lock()  # a Snowball stemmer keeps its state on the object: one word at a time
 
 
 @lru_cache(maxsize=1 << 16)
 def stem(token: str) -> str:
-    """The Snowball English stem of one `tokenize` token ("camped", "camping" -> "camp"); digits stay as they are."""
+    """The Snowball English stem of one `tokenize` token ("camped", "camping" -> "camp"); digits stay as they are.
+    Safe from several threads (the server's writes and queries)."""
     global _stem_word
-    if _stem_word is None:  # imported on first use, not at import time
-        import snowballstemmer
+    if token.isdigit():
+        return token
+    with _stem_lock:
+        if _stem_word is None:  # imported on first use, not at import time
+            import snowballstemmer
 
-        _stem_word = snowballstemmer.stemmer("english").stemWord
-    return token if token.isdigit() else _stem_word(token)
+            _stem_word = snowballstemmer.stemmer("english").stemWord
+        return _stem_word(token)
 
 
 def index_tokens(text: str) -> list[str]:
