@@ -185,8 +185,17 @@ class Batcher:
         return int(min(10_000, max(100, (len(self._queue) + 1) * per_request * 1000)))
 
     # ------------------------------------------------------------------ submit
-    async def submit(self, request: BackendRequest, timeout_s: float) -> BackendResult:
-        """Queue one request and wait for its result (or its own error)."""
+    async def submit(self, request: BackendRequest, timeout_s: float, *, arrived: float | None = None) -> BackendResult:
+        """Queue one request and wait for its result (or its own error). The deadline is `timeout_s` after
+        `arrived` (a `time.monotonic()` reading: when the request reached the server), else after now; a request
+        whose deadline has passed before it is queued (a slow body upload, a long parse) is refused at once."""
+        now = time.monotonic()
+        deadline = (now if arrived is None else min(arrived, now)) + timeout_s
+        if deadline <= now:
+            raise RequestTimeoutError(
+                f"no answer within the server's deadline of {timeout_s:g}s (it passed while the request was read); retry later",
+                retry_after_ms=self.retry_after_ms(),
+            )
         if not self._accepting:
             raise NotReadyError("the server is not accepting requests (starting or shutting down)", retry_after_ms=1000)
         if len(self._queue) >= self.queue_size:
@@ -194,12 +203,12 @@ class Batcher:
                 f"the server is overloaded ({len(self._queue)} requests queued); retry later",
                 retry_after_ms=self.retry_after_ms(),
             )
-        job = _Job(request, asyncio.get_running_loop().create_future(), deadline=time.monotonic() + timeout_s)
+        job = _Job(request, asyncio.get_running_loop().create_future(), deadline=deadline)
         self._queue.append(job)
         self.metrics.queue_depth.set(len(self._queue))
         self._arrived.set()
         try:
-            return await asyncio.wait_for(asyncio.shield(job.future), timeout_s)
+            return await asyncio.wait_for(asyncio.shield(job.future), deadline - now)
         except TimeoutError as error:
             raise RequestTimeoutError(
                 f"no answer within the server's deadline of {timeout_s:g}s; retry later", retry_after_ms=self.retry_after_ms()

@@ -60,7 +60,9 @@ class RequestContextMiddleware:
             await self.app(scope, receive, send)
             return
         request_id = "req_" + uuid.uuid4().hex
-        scope.setdefault("state", {})["request_id"] = request_id
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        state["arrived"] = time.monotonic()  # the request deadline counts from here, body reading included
         started = time.perf_counter()
         status = 499  # counted when no response goes out: the client hung up before its body was in (nginx's code)
         response_started = False

@@ -52,7 +52,8 @@ async def system_one(request: Request, runtime: Runtime = Depends(get_runtime)) 
         body.payload["state"], body.payload["questions"], model=body.envelope.model, assets=assets, in_thread=body.size > INLINE_BODY_BYTES
     )
     assert runtime.batcher is not None
-    result = await runtime.batcher.submit(planned.request, runtime.settings.request_timeout_s)
+    result = await runtime.batcher.submit(planned.request, runtime.settings.request_timeout_s,
+                                          arrived=getattr(request.state, "arrived", None))
     response = finish_request(planned, result)
     # Reported, never silent: a backend serving with an opt-in overflow policy cut this request's state.
     headers = {TRUNCATED_HEADER: str(result.truncated_tokens)} if result.truncated_tokens else None

@@ -312,3 +312,37 @@ async def test_a_backend_fault_never_kills_the_worker(fault: str) -> None:
         assert len(result.probabilities) == 2
     finally:
         await batcher.close(1.0)
+
+
+async def test_the_deadline_counts_from_arrival_not_from_queueing(fake: FakeBackend) -> None:
+    backend = FakeBackend(delay_s=0.3)
+    batcher = Batcher(backend, max_batch_size=1, max_wait_s=0, queue_size=8)
+    await batcher.start()
+    try:
+        with pytest.raises(RequestTimeoutError, match="while the request was read"):  # spent before it was queued
+            await batcher.submit(_request(backend, "late"), 1.0, arrived=time.monotonic() - 1.5)
+        assert batcher.depth == 0 and backend.calls == []
+        started = time.monotonic()
+        with pytest.raises(RequestTimeoutError):  # 0.1 s of a 1 s budget left: not the whole second again
+            await batcher.submit(_request(backend, "slow"), 1.0, arrived=time.monotonic() - 0.9)
+        assert time.monotonic() - started < 0.6
+        assert len((await batcher.submit(_request(backend, "fresh"), 1.0, arrived=time.monotonic())).probabilities) == 2
+    finally:
+        await batcher.close(1.0)
+
+
+async def test_a_slow_upload_spends_the_request_deadline(make_app: Any) -> None:
+    import json
+
+    payload = json.dumps(body()).encode()
+
+    async def slow_body() -> Any:
+        for i in range(0, len(payload), max(1, len(payload) // 4)):
+            await asyncio.sleep(0.15)
+            yield payload[i : i + max(1, len(payload) // 4)]
+
+    async with serving(make_app(backend=FakeBackend(delay_s=0.0), request_timeout_s=0.4, warmup=False)) as client:
+        assert (await client.post("/v1/systemone", json=body())).status_code == 200
+        r = await client.post("/v1/systemone", content=slow_body(), headers={"content-type": "application/json"})
+        assert r.status_code == 503 and r.json()["detail"]["error_type"] == "timeout_error"
+        assert "while the request was read" in r.json()["detail"]["message"]
