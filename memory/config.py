@@ -226,7 +226,7 @@ PRESETS: dict[str, EngineConfig] = {
     "default": EngineConfig(),
     # The cheapest useful engine for a local controller on a small CPU: two judged candidates per write, no
     # consolidation, four judged seeds, at most two expansions in one round and no stopping request. With the
-    # shipped controller on the LoCoMo dev pair (2 threads, --no-spin; session 25, stemmed index, separate runs):
+    # shipped controller on the LoCoMo dev pair (2 threads, fast with --no-spin; session 25, stemmed index, separate runs):
     # write p50 97 vs 290-337 ms, query p50 104 vs 643-747 ms, R_frac@10 0.663 vs 0.745 (README, "Where it stands").
     "fast": EngineConfig(candidates_k=2, consolidation_every=0, n_seeds=4, expansion_budget=2, max_depth=1,
                          expand_per_node=2, ask_stop=False),
