@@ -13,8 +13,8 @@ Semantics every implementation keeps (checked by the contract suite):
   `edges_from` is ordered by (dst, relation), `edges_to` by (src, relation); `remove_edges` matches both
   directions.
 - `vector_search`: cosine, best first, ties by seq. `text_search`: BM25 (k1=1.2, b=0.75) over
-  `controller.lexical.index_tokens` terms (stemmed tokens), query text is data (no query syntax); score scales may differ between
-  implementations (idf variants), the order of clear cases does not.
+  `controller.lexical.index_tokens` terms (stemmed tokens), query text is data (no query syntax); score scales
+  may differ between implementations (idf variants), the order of clear cases does not.
 - `nodes_with_entity` matches case-insensitively (strip + casefold), highest seq first.
 - `nodes_near_time(seq, window)`: other nodes with 0 < |s - seq| <= window, nearest first, earlier on ties.
 - `nearest_in_time(when, seq, after=..., kind=...)`: among the nodes of `kind` with a time (event_time, else
