@@ -37,7 +37,7 @@ from memory.control import Controller, clipped, keyed, memory_state, noul
 from memory.errors import ControllerOutputError
 from memory.routing import VIEW_RELATIONS, Route, ask_route, plan_route
 from memory.store.base import Store
-from memory.traversal import Candidate, expand_view, feedback_candidates, feedback_text, hybrid_seeds, judge
+from memory.traversal import Candidate, expand_view, feedback_candidates, hybrid_seeds, judge
 from memory.types import Evidence, QueryResult, TraceStep
 
 log = logging.getLogger(__name__)
@@ -195,9 +195,8 @@ def run_query(
                 spent[view] = len(new)
                 found.extend(new)
             if config.feedback_k:
-                parents = frontier[: config.feedback_docs]
-                text = feedback_text(query, parents)
-                new = feedback_candidates(store, embedder.embed([text])[0], text, parents, config.feedback_k, claimed, depth, config)
+                new = feedback_candidates(store, embedder, query, frontier[: config.feedback_docs], config.feedback_k, claimed,
+                                          depth, config)
                 spent["feedback"] = len(new)
                 found.extend(new)
             round_nodes = []

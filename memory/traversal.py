@@ -12,7 +12,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from controller.embedding import Embedder
 from controller.families import previous_text
+from memory.candidates import fuse
 from memory.config import EngineConfig
 from memory.control import Controller, ask_batch_within_limit, clipped, keyed, memory_state, noul
 from memory.store.base import Store
@@ -35,25 +37,19 @@ class Candidate:
         return max(self.relevant or 0.0, self.bridge or 0.0)
 
 
-def fused(lists: Sequence[tuple[str, Sequence[str], float]], rrf_k: int) -> tuple[dict[str, float], dict[str, tuple[int, str]]]:
-    """Weighted RRF of ranked id lists `(name, ids, weight)`: each id's fused score, and its best (rank, list name)."""
-    score: dict[str, float] = {}
-    best: dict[str, tuple[int, str]] = {}
-    for name, ids, weight in lists:
-        for rank, node_id in enumerate(ids):
-            score[node_id] = score.get(node_id, 0.0) + weight / (rrf_k + rank + 1)
-            if node_id not in best or rank < best[node_id][0]:
-                best[node_id] = (rank, name)
-    return score, best
-
-
 def hybrid_ranking(store: Store, embedding: np.ndarray, text: str, depth: int,
                    config: EngineConfig) -> tuple[list[str], dict[str, float], dict[str, tuple[int, str]]]:
-    """Ids by fused score, best first (BM25 weight 1, vector `dense_weight`, k = seed_rrf_k, lists `depth` deep),
-    with `fused`'s scores normalised to (0, 1] and best list entries."""
-    lexical = [i for i, _ in store.text_search(text, depth)]
-    dense = [i for i, _ in store.vector_search(embedding, depth)] if config.dense_weight > 0 else []
-    score, best = fused((("bm25", lexical, 1.0), ("vector", dense, config.dense_weight)), config.seed_rrf_k)
+    """Ids by fused score, best first (`candidates.fuse` of BM25 weight 1 and vector `dense_weight`, k =
+    seed_rrf_k, lists `depth` deep; ties by best rank, then id), the scores normalised to (0, 1], and each id's
+    best (rank, list name)."""
+    lists = {"bm25": [i for i, _ in store.text_search(text, depth)],
+             "vector": [i for i, _ in store.vector_search(embedding, depth)] if config.dense_weight > 0 else []}
+    score = fuse(lists, {"bm25": 1.0, "vector": config.dense_weight}, config.seed_rrf_k)
+    best: dict[str, tuple[int, str]] = {}
+    for name, ids in lists.items():
+        for rank, node_id in enumerate(ids):
+            if node_id not in best or rank < best[node_id][0]:
+                best[node_id] = (rank, name)
     top = (1.0 + config.dense_weight) / (config.seed_rrf_k + 1)
     order = sorted(score, key=lambda i: (-score[i], best[i][0], i))
     return order, {i: s / top for i, s in score.items()}, best
@@ -78,15 +74,16 @@ def feedback_text(query: str, parents: Sequence[Candidate]) -> str:
     return "\n".join([query, *(p.node.content for p in parents)])
 
 
-def feedback_candidates(store: Store, embedding: np.ndarray, text: str, parents: Sequence[Candidate], budget: int,
+def feedback_candidates(store: Store, embedder: Embedder, query: str, parents: Sequence[Candidate], budget: int,
                         claimed: set[str], depth: int, config: EngineConfig) -> list[Candidate]:
-    """Up to `budget` unclaimed nodes from a hybrid search for `text` (`feedback_text`: the query with what the
-    last round found), best first. This reaches evidence that shares no words or edge with the query but does
-    with the evidence already found: the second hop of a multi-hop question. Structure: expand_decay x the best
-    parent's x the node's normalised fused score."""
+    """Up to `budget` unclaimed nodes from a hybrid search for `feedback_text` (the query with what the last round
+    found), best first. This reaches evidence that shares no words or edge with the query but does with the
+    evidence already found: the second hop of a multi-hop question. Structure: expand_decay x the best parent's x
+    the node's normalised fused score."""
     if budget <= 0 or not parents:
         return []
-    order, score, _ = hybrid_ranking(store, embedding, text, max(config.seed_depth, budget), config)
+    text = feedback_text(query, parents)
+    order, score, _ = hybrid_ranking(store, embedder.embed([text])[0], text, max(config.seed_depth, budget), config)
     wanted = [i for i in order if i not in claimed][:budget]
     nodes = {n.id: n for n in store.get_nodes(wanted)}
     parent = max(p.structure for p in parents)

@@ -550,7 +550,7 @@ def test_feedback_text_joins_the_query_and_the_parents() -> None:
     text = feedback_text("q?", parents)
     assert text == "q?\n" + parents[0].node.content
     claimed = set(ids[:2])
-    found = feedback_candidates(engine.store, engine.embedder.embed([text])[0], text, parents, 5, claimed, 1, engine.config)
+    found = feedback_candidates(engine.store, engine.embedder, "q?", parents, 5, claimed, 1, engine.config)
     assert {c.node.id for c in found} == set(ids[2:]) and claimed == set(ids)  # claimed ones are never taken again
     assert all(0 < c.structure <= engine.config.expand_decay * 0.5 for c in found)
-    assert feedback_candidates(engine.store, engine.embedder.embed([text])[0], text, [], 5, set(), 1, engine.config) == []
+    assert feedback_candidates(engine.store, engine.embedder, "q?", [], 5, set(), 1, engine.config) == []
