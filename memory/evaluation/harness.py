@@ -37,6 +37,7 @@ from memory.store import open_store
 log = logging.getLogger(__name__)
 
 BASELINES: tuple[str, ...] = ("bm25", "dense", "rrf", "bm25-stemmed", "rrf-stemmed")
+_DENSE_BASELINES = frozenset({"dense", "rrf", "rrf-stemmed"})  # the baselines that rank with the embedder
 _EMBEDDERS: dict[tuple[str, bool], Embedder] = {}  # process-wide: MiniLM loads once
 ENGINE_PREFIX = "jevmem-"
 Progress = Callable[[str, int], Callable[[], None]]  # (label, total) -> step callback
@@ -143,7 +144,7 @@ def run_baselines(
     conversations: Sequence[Conversation], config: EvalConfig, embedder: Embedder | None, progress: Progress | None = None
 ) -> dict[str, SystemResult]:
     wanted = [s for s in config.systems if s in BASELINES]
-    need_dense = any(s in ("dense", "rrf", "rrf-stemmed") for s in wanted)
+    need_dense = any(s in _DENSE_BASELINES for s in wanted)
     need_bm25 = any(s in ("bm25", "rrf") for s in wanted)
     need_stemmed = any(s in ("bm25-stemmed", "rrf-stemmed") for s in wanted)
     results = {s: SystemResult(s) for s in wanted}
@@ -261,7 +262,7 @@ def run_locomo(
         conversations = [truncate(c, config.max_turns) for c in conversations]
     ids = tuple(c.sample_id for c in conversations)
     base_embedder = embedder
-    if base_embedder is None and any(s in ("dense", "rrf", "rrf-stemmed") for s in config.systems):
+    if base_embedder is None and any(s in _DENSE_BASELINES for s in config.systems):
         base_embedder = _embedder(config.baseline_embedder, config.cache, config.threads)
     systems = run_baselines(conversations, config, base_embedder, progress)
     notes: dict[str, Any] = {}
