@@ -19,6 +19,9 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 from pydantic_core import PydanticCustomError
+from starlette.datastructures import FormData, UploadFile
+from starlette.exceptions import HTTPException
+from starlette.formparsers import MultiPartException, MultiPartParser
 
 from serving.errors import UnsupportedMediaTypeError
 
@@ -200,17 +203,37 @@ def _media_type(request: Request) -> str:
     return message.get_content_type()
 
 
+class _RawFieldParser(MultiPartParser):
+    """Starlette's multipart parser, but a part without a filename keeps its bytes. Starlette decodes such a
+    part itself and, when it is not valid in the declared charset, falls back to latin-1 without a word, so a
+    `request` part of invalid UTF-8 would be read as mojibake instead of being refused like a JSON body."""
+
+    def on_part_end(self) -> None:
+        if self._current_part.file is not None:
+            super().on_part_end()
+            return
+        self.items.append((self._current_part.field_name, bytes(self._current_part.data)))  # type: ignore[arg-type]
+
+
+async def _read_form(request: Request, max_bytes: int) -> FormData:
+    parser = _RawFieldParser(request.headers, request.stream(), max_files=64, max_fields=64, max_part_size=max_bytes)
+    try:
+        return await parser.parse()
+    except MultiPartException as error:
+        raise HTTPException(status_code=400, detail=error.message) from error
+
+
 async def read_systemone_body(request: Request, max_bytes: int) -> ParsedBody:
     """Read a JSON or multipart body (already size-limited and decompressed by the middleware)."""
     media = _media_type(request)
     asset_parts: tuple[str, ...] = ()
     if media == "multipart/form-data":
-        form = await request.form(max_files=64, max_fields=64, max_part_size=max_bytes)
+        form = await _read_form(request, max_bytes)
         try:
-            part = form.get("request")
+            part: Any = form.get("request")
             if part is None:
                 raise RequestValidationError([_issue(("body", "request"), "the multipart body has no `request` part", "missing")])
-            raw: bytes | str = part if isinstance(part, str) else await part.read()
+            raw: bytes | str = await part.read() if isinstance(part, UploadFile) else part
             asset_parts = tuple(name for name in form.keys() if name != "request")
         finally:
             await form.close()

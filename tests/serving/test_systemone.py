@@ -330,6 +330,21 @@ async def test_multipart_request_part_is_parsed_and_images_are_refused(client: h
     assert 400 <= r.status_code < 500
 
 
+async def test_multipart_request_part_is_strict_utf8(client: httpx2.AsyncClient) -> None:
+    # Starlette would decode an invalid UTF-8 field as latin-1 and the request would pass as mojibake.
+    good = json.dumps(body(note="café ✓"), ensure_ascii=False).encode()
+    bad = good.replace("é".encode(), b"\xe9")  # latin-1 bytes: not UTF-8
+    content_type, raw = _multipart(bad, {})
+    r = await client.post("/v1/systemone", content=raw, headers={"content-type": content_type})
+    assert r.status_code == 422 and r.json()["detail"][0]["type"] == "json_invalid", r.text
+    content_type, raw = _multipart(good, {})
+    assert (await client.post("/v1/systemone", content=raw, headers={"content-type": content_type})).status_code == 200
+    from typesafe_sdk._core.multipart import Part, encode_multipart
+
+    content_type, raw = encode_multipart([Part("request", "application/json", good, "request.json")])  # a file part
+    assert (await client.post("/v1/systemone", content=raw, headers={"content-type": content_type})).status_code == 200
+
+
 async def test_inline_image_assets_are_refused(client: httpx2.AsyncClient) -> None:
     r = await client.post("/v1/systemone", json=body(assets={"a": {"type": "image", "format": "png", "data_base64": "iVBORw0KGgo="}}))
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "assets"]
