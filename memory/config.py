@@ -66,6 +66,14 @@ class EngineConfig:
     # 0.667; k 5 / 1.0 0.673; k 10 / 0.7 0.656; k 20 / 1.0 0.644; k 60 / 1.0 0.575 (large k lets list tails rule).
     seed_rrf_k: int = 10
     dense_weight: float = 1.0
+    # Context seeds: two more lists in that fusion, each memory scored with the memory before it on the same day
+    # (`traversal.context_lists`: BM25 summed, cosines averaged), at context_weight x the plain lists' weights; the
+    # heads of the plain lists (context_depth deep) and the memories after them are scored. 0 = off. A reply ("5 years
+    # already!") is found through the turn it answers. Session 26, shipped controller, R_frac@10 at 0 / 0.5 / 1.0:
+    # conv-44 (calibration only) 0.728 / 0.752 / 0.768; dev pair at 0 / 1.0, adopted by a rule fixed before that
+    # run: 0.745 / 0.814, multi-hop R_all@10 0.302 / 0.349 (README, "context seeds").
+    context_weight: float = 1.0
+    context_depth: int = 100
     # ---- read path: traversal, judging and stopping
     expand_per_node: int = 6  # neighbours taken from one node per view and round (strongest edges first)
     tau_frontier: float = 0.5  # a judged node is expanded further when relevant or bridge reaches this
@@ -152,13 +160,14 @@ class EngineConfig:
                 raise ConfigError(f"{f.name} must be a finite number, got {value!r}", f.name, value)
         positive = ("candidates_k", "channel_k", "rrf_k", "seed_rrf_k", "max_entities", "max_memory_chars", "consolidation_window",
                     "expansion_budget", "max_depth", "n_seeds", "seed_pool", "seed_depth", "stop_evidence_k", "max_evidence_chars",
-                    "expand_per_node", "answer_evidence_k", "feedback_docs")
+                    "expand_per_node", "answer_evidence_k", "feedback_docs", "context_depth")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}", name, getattr(self, name))
         non_negative = ("w_vector", "w_lexical", "w_entity", "w_temporal", "w_speaker", "temporal_window", "entity_edge_limit",
                         "consolidation_every", "consolidation_max_pairs", "min_view_budget", "gamma", "dense_weight",
-                        "seed_weight", "relevance_weight", "recency_weight", "superseded_penalty", "feedback_k")
+                        "seed_weight", "relevance_weight", "recency_weight", "superseded_penalty", "feedback_k",
+                        "context_weight")
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}", name, getattr(self, name))
@@ -226,8 +235,8 @@ PRESETS: dict[str, EngineConfig] = {
     "default": EngineConfig(),
     # The cheapest useful engine for a local controller on a small CPU: two judged candidates per write, no
     # consolidation, four judged seeds, at most two expansions in one round and no stopping request. With the
-    # shipped controller on the LoCoMo dev pair (2 threads, fast with --no-spin; session 25, stemmed index, separate runs):
-    # write p50 97 vs 290-337 ms, query p50 104 vs 643-747 ms, R_frac@10 0.663 vs 0.745 (README, "Where it stands").
+    # shipped controller on the LoCoMo dev pair (2 threads, fast with --no-spin; session 26, context seeds, separate runs):
+    # write p50 113 vs 294 ms, query p50 142 vs 722 ms, R_frac@10 0.764 vs 0.814 (README, "Where it stands").
     "fast": EngineConfig(candidates_k=2, consolidation_every=0, n_seeds=4, expansion_budget=2, max_depth=1,
                          expand_per_node=2, ask_stop=False),
     # Wider candidate pools and deeper, larger traversals.

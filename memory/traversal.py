@@ -24,7 +24,7 @@ from memory.types import Edge, EdgeOrigin, Node
 @dataclass
 class Candidate:
     node: Node
-    via: str  # "seed:bm25", "seed:vector", "expand:<view>"
+    via: str  # "seed:bm25", "seed:vector", "seed:bm25_context", "seed:vector_context", "expand:<view>"
     depth: int
     structure: float  # in [0, 1]
     relevant: float | None = None
@@ -40,19 +40,58 @@ class Candidate:
 def hybrid_ranking(store: Store, embedding: np.ndarray, text: str, depth: int,
                    config: EngineConfig) -> tuple[list[str], dict[str, float], dict[str, tuple[int, str]]]:
     """Ids by fused score, best first (`candidates.fuse` of BM25 weight 1 and vector `dense_weight`, k =
-    seed_rrf_k, lists `depth` deep; ties by best rank, then id), the scores normalised to (0, 1], and each id's
-    best (rank, list name)."""
-    lists = {"bm25": [i for i, _ in store.text_search(text, depth)],
-             "vector": [i for i, _ in store.vector_search(embedding, depth)] if config.dense_weight > 0 else []}
-    score = fuse(lists, {"bm25": 1.0, "vector": config.dense_weight}, config.seed_rrf_k)
+    seed_rrf_k, lists `depth` deep, and with `context_weight` the two `context_lists` at that weight times theirs;
+    ties by best rank, then id), the scores normalised to (0, 1], and each id's best (rank, list name)."""
+    bm25 = store.text_search(text, depth)
+    vector = store.vector_search(embedding, depth) if config.dense_weight > 0 else []
+    lists = {"bm25": [i for i, _ in bm25], "vector": [i for i, _ in vector]}
+    weights = {"bm25": 1.0, "vector": config.dense_weight}
+    if config.context_weight > 0:
+        lists.update(context_lists(store, bm25, vector, config.context_depth))
+        weights.update({"bm25_context": config.context_weight, "vector_context": config.context_weight * config.dense_weight})
+    score = fuse(lists, weights, config.seed_rrf_k)
     best: dict[str, tuple[int, str]] = {}
     for name, ids in lists.items():
         for rank, node_id in enumerate(ids):
             if node_id not in best or rank < best[node_id][0]:
                 best[node_id] = (rank, name)
-    top = (1.0 + config.dense_weight) / (config.seed_rrf_k + 1)
+    top = (1.0 + config.dense_weight) * (1.0 + config.context_weight) / (config.seed_rrf_k + 1)
     order = sorted(score, key=lambda i: (-score[i], best[i][0], i))
     return order, {i: s / top for i, s in score.items()}, best
+
+
+def context_lists(store: Store, bm25: Sequence[tuple[str, float]], vector: Sequence[tuple[str, float]],
+                  depth: int) -> dict[str, list[str]]:
+    """The contextual lists of the seed fusion, `context_scores` best first (ties by id); a BM25 score of 0 is left
+    out, and the vector list only exists when `vector` does."""
+    by_bm25, by_cosine = context_scores(store, bm25, vector, depth)
+    lists = {"bm25_context": [i for i in sorted(by_bm25, key=lambda i: (-by_bm25[i], i)) if by_bm25[i] > 0]}
+    if vector:
+        lists["vector_context"] = sorted(by_cosine, key=lambda i: (-by_cosine[i], i))
+    return lists
+
+
+def context_scores(store: Store, bm25: Sequence[tuple[str, float]], vector: Sequence[tuple[str, float]],
+                   depth: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Each memory scored together with the memory before it on the same day (`previous_memory`): BM25 as the sum
+    of the two scores, vector as the mean of the two cosines (a memory without one keeps its own). A reply ("5
+    years already!", "It was Matt Patterson!") shares no words with a question about what it answers, while the
+    turn it answers does. Computed for the top `depth` of each plain list and the memories that follow them; a
+    score beyond a plain list's depth counts as 0 (BM25) or as that list's last cosine."""
+    bm = dict(bm25)
+    cos = dict(vector)
+    floor = min(cos.values(), default=0.0)
+    head = list(dict.fromkeys([i for i, _ in bm25[:depth]] + [i for i, _ in vector[:depth]]))
+    before: dict[str, str | None] = {}
+    for node in store.get_nodes(head):
+        prev = previous_memory(store, node)
+        before[node.id] = prev.id if prev is not None else None
+        for after in following_memories(store, node):
+            before.setdefault(after.id, node.id)
+    by_bm25 = {i: bm.get(i, 0.0) + (bm.get(p, 0.0) if p is not None else 0.0) for i, p in before.items()}
+    by_cosine = {i: cos.get(i, floor) if p is None else (cos.get(i, floor) + cos.get(p, floor)) / 2
+                 for i, p in before.items()}
+    return by_bm25, by_cosine
 
 
 def hybrid_seeds(store: Store, embedding: np.ndarray, query: str, config: EngineConfig) -> list[Candidate]:
@@ -137,17 +176,28 @@ def expand_view(
     return found
 
 
+def _same_day(a: Node, b: Node) -> bool:
+    x, y = a.event_time or a.observed_at, b.event_time or b.observed_at
+    return (x is None) == (y is None) and (x is None or x.date() == y.date())
+
+
 def previous_memory(store: Store, node: Node) -> Node | None:
     """The observation written just before `node` on the same day (or both undated): the source of its incoming
     `temporal_next` edge. In a conversation, usually the turn `node` replies to."""
     for edge in store.edges_to(node.id, ["temporal_next"]):
         prev = store.get_node(edge.src)
-        if prev is None or prev.kind != "observation":
-            continue
-        a, b = prev.event_time or prev.observed_at, node.event_time or node.observed_at
-        if (a is None) == (b is None) and (a is None or a.date() == b.date()):
+        if prev is not None and prev.kind == "observation" and _same_day(prev, node):
             return prev
     return None
+
+
+def following_memories(store: Store, node: Node) -> list[Node]:
+    """The observations whose `previous_memory` is `node`: the targets of its `temporal_next` edges on the same day.
+    Empty unless `node` is an observation itself."""
+    if node.kind != "observation":
+        return []
+    found = store.get_nodes([e.dst for e in store.edges_from(node.id, ["temporal_next"])])
+    return [n for n in found if n.kind == "observation" and _same_day(node, n)]
 
 
 def judge(controller: Controller, query: str, candidates: Sequence[Candidate], config: EngineConfig, *, bridge: bool = True,

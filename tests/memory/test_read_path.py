@@ -107,7 +107,7 @@ def test_stops_when_another_round_is_not_useful() -> None:
 
 
 def test_uninformative_controller_keeps_the_hybrid_rrf_order_at_the_top() -> None:
-    engine = make_engine(constant(0.5), consolidation_every=0, n_seeds=5, seed_pool=8)
+    engine = make_engine(constant(0.5), consolidation_every=0, n_seeds=5, seed_pool=8, context_weight=0.0)
     for i, text in enumerate([*FILLER, "Melanie: painting a sunset by the lake", "Melanie: the lake was cold"]):
         engine.write(obs(text, i))
     query = "painting the lake"
@@ -123,6 +123,9 @@ def test_uninformative_controller_keeps_the_hybrid_rrf_order_at_the_top() -> Non
     expected = sorted(rrf, key=lambda i: -rrf[i])[:5]
     assert [e.node_id for e in result.evidence] == expected
     assert result.stopped_reason in ("depth", "budget", "exhausted")
+    engine.config = engine.config.with_(context_weight=1.0)  # with the context lists: the order of their fusion
+    with_context = [c.node.id for c in hybrid_seeds(store, engine.embedder.embed([query])[0], query, engine.config)]
+    assert [e.node_id for e in engine.query(query, k=5).evidence] == with_context[:5]
 
 
 def _buried_target(engine: Any, target_text: str) -> tuple[str, str]:
@@ -554,3 +557,56 @@ def test_feedback_text_joins_the_query_and_the_parents() -> None:
     assert {c.node.id for c in found} == set(ids[2:]) and claimed == set(ids)  # claimed ones are never taken again
     assert all(0 < c.structure <= engine.config.expand_decay * 0.5 for c in found)
     assert feedback_candidates(engine.store, engine.embedder, "q?", [], 5, set(), 1, engine.config) == []
+
+
+# ---------------------------------------------------------------- context seeds
+def _reply_after_question(engine: Any, *, reply_day: int = 0) -> tuple[str, str]:
+    """(question turn, reply): the reply shares no word with a query about what it answers; the turn before it does."""
+    for i, text in enumerate(FILLER):
+        engine.write(obs(text, i))
+    asked = engine.write(obs("Jon: Where did you go on the anniversary trip with your husband?", 50)).node_id
+    reply = engine.write(obs("Gina: Lisbon, and it rained twice!", 51 + reply_day * 24 * 60)).node_id
+    for i, text in enumerate(FILLER):
+        engine.write(obs(text.replace("chat", "talk"), 60 + reply_day * 24 * 60 + i))
+    return asked, reply
+
+
+def test_context_seeds_reach_a_reply_through_the_turn_it_answers() -> None:
+    engine = make_engine(RuleBackend(), consolidation_every=0, n_seeds=2, seed_pool=2, context_weight=0.0)
+    asked, reply = _reply_after_question(engine)
+    query = "Where was the anniversary trip with her husband?"
+    vector = engine.embedder.embed([query])[0]
+    plain = [c.node.id for c in hybrid_seeds(engine.store, vector, query, engine.config)]
+    assert plain[0] == asked and reply not in plain
+    config = engine.config.with_(context_weight=1.0)
+    seeds = hybrid_seeds(engine.store, vector, query, config)
+    assert [c.node.id for c in seeds] == [asked, reply]
+    assert seeds[1].via in ("seed:bm25_context", "seed:vector_context") and 0 < seeds[1].structure <= 1
+    assert reply not in [e.node_id for e in engine.query(query, k=2).evidence]  # context off
+    engine.config = config
+    assert reply in [e.node_id for e in engine.query(query, k=2).evidence]
+
+
+def test_context_scores_sum_bm25_and_average_cosines_within_a_day_only() -> None:
+    from memory.traversal import context_lists, context_scores, following_memories, previous_memory
+    engine = make_engine(RuleBackend(), consolidation_every=0)
+    asked, reply = _reply_after_question(engine)
+    nodes = {n.id: n for n in engine.store.get_nodes([asked, reply])}
+    assert previous_memory(engine.store, nodes[reply]).id == asked
+    assert [n.id for n in following_memories(engine.store, nodes[reply])] != []  # the next filler line
+    assert reply in [n.id for n in following_memories(engine.store, nodes[asked])]
+    by_bm25, by_cosine = context_scores(engine.store, [(asked, 4.0), (reply, 1.0)], [(reply, 0.9), (asked, 0.1)], depth=1)
+    # the heads (asked from BM25, reply from the vector list), the turn before asked and the turns after both
+    assert by_bm25[reply] == 5.0 and by_bm25[asked] == 4.0  # asked's own predecessor (a filler line) scored 0
+    assert by_cosine[reply] == pytest.approx(0.5) and by_cosine[asked] == pytest.approx(0.1)  # unseen: the floor 0.1
+    after_reply = following_memories(engine.store, nodes[reply])[0].id
+    assert by_bm25[after_reply] == 1.0 and by_cosine[after_reply] == pytest.approx(0.5)
+    lists = context_lists(engine.store, [(asked, 4.0), (reply, 1.0)], [], depth=2)
+    assert lists["bm25_context"][:2] == [reply, asked] and "vector_context" not in lists
+
+    other = make_engine(RuleBackend(), consolidation_every=0)
+    asked, reply = _reply_after_question(other, reply_day=1)  # the reply a day later: no context
+    node = other.store.get_nodes([reply])[0]
+    assert previous_memory(other.store, node) is None
+    by_bm25, _ = context_scores(other.store, [(asked, 4.0)], [], depth=5)
+    assert reply not in by_bm25
