@@ -81,13 +81,23 @@ def context_scores(store: Store, bm25: Sequence[tuple[str, float]], vector: Sequ
     bm = dict(bm25)
     cos = dict(vector)
     floor = min(cos.values(), default=0.0)
-    head = list(dict.fromkeys([i for i, _ in bm25[:depth]] + [i for i, _ in vector[:depth]]))
+    head = {n.id: n for n in store.get_nodes(list(dict.fromkeys([i for i, _ in bm25[:depth]] + [i for i, _ in vector[:depth]])))}
+    # `previous_memory` / `following_memories` of every head memory, with the neighbours fetched in one call
+    incoming = {i: [e.src for e in store.edges_to(i, ["temporal_next"])] for i in head}
+    outgoing = {i: [e.dst for e in store.edges_from(i, ["temporal_next"])] for i, n in head.items() if n.kind == "observation"}
+    linked = {j for ids in (*incoming.values(), *outgoing.values()) for j in ids}
+    known = {**{n.id: n for n in store.get_nodes([j for j in linked if j not in head])}, **head}
+
+    def chained(a: Node | None, b: Node | None) -> bool:  # b may follow a as its previous memory
+        return a is not None and b is not None and a.kind == "observation" and _same_day(a, b)
+
     before: dict[str, str | None] = {}
-    for node in store.get_nodes(head):
-        prev = previous_memory(store, node)
-        before[node.id] = prev.id if prev is not None else None
-        for after in following_memories(store, node):
-            before.setdefault(after.id, node.id)
+    for i, node in head.items():
+        before[i] = next((j for j in incoming[i] if chained(known.get(j), node)), None)
+        for j in outgoing.get(i, []):
+            after = known.get(j)
+            if after is not None and after.kind == "observation" and chained(node, after):
+                before.setdefault(j, i)
     by_bm25 = {i: bm.get(i, 0.0) + (bm.get(p, 0.0) if p is not None else 0.0) for i, p in before.items()}
     by_cosine = {i: cos.get(i, floor) if p is None else (cos.get(i, floor) + cos.get(p, floor)) / 2
                  for i, p in before.items()}
