@@ -83,8 +83,13 @@ def context_scores(store: Store, bm25: Sequence[tuple[str, float]], vector: Sequ
     floor = min(cos.values(), default=0.0)
     head = {n.id: n for n in store.get_nodes(list(dict.fromkeys([i for i, _ in bm25[:depth]] + [i for i, _ in vector[:depth]])))}
     # `previous_memory` / `following_memories` of every head memory, with the neighbours fetched in one call
-    incoming = {i: [e.src for e in store.edges_to(i, ["temporal_next"])] for i in head}
-    outgoing = {i: [e.dst for e in store.edges_from(i, ["temporal_next"])] for i, n in head.items() if n.kind == "observation"}
+    incoming: dict[str, list[str]] = {i: [] for i in head}
+    outgoing: dict[str, list[str]] = {i: [] for i, n in head.items() if n.kind == "observation"}
+    for edge in store.edges_touching(list(head), ["temporal_next"]):
+        if edge.dst in incoming:
+            incoming[edge.dst].append(edge.src)
+        if edge.src in outgoing:
+            outgoing[edge.src].append(edge.dst)
     linked = {j for ids in (*incoming.values(), *outgoing.values()) for j in ids}
     known = {**{n.id: n for n in store.get_nodes([j for j in linked if j not in head])}, **head}
 

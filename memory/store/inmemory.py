@@ -246,6 +246,12 @@ class InMemoryStore:
             keys = sorted(self._in.get(node_id, ()), key=lambda k: (k[0], k[2]))
             return [self._edges[k] for k in keys if relations is None or k[2] in relations]
 
+    def edges_touching(self, node_ids: Sequence[str], relations: Sequence[str] | None = None) -> list[Edge]:
+        """Every edge with its src or dst among `node_ids`, once, ordered by (src, dst, relation)."""
+        with self._lock:
+            keys = {k for i in node_ids for k in (*self._out.get(i, ()), *self._in.get(i, ()))}
+            return [self._edges[k] for k in sorted(keys) if relations is None or k[2] in relations]
+
     def remove_edges(self, node_id: str, origin: EdgeOrigin) -> int:
         """Remove the edges of `origin` touching `node_id` in either direction; returns how many."""
         wanted = EdgeOrigin(origin)

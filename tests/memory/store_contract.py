@@ -214,6 +214,16 @@ class StoreContract:
         assert filled.edges_to("n1", ["semantic", "causal"]) == [sem]
         assert filled.count_edges() == {"causal": 1, "semantic": 1, "temporal_next": 1}
 
+    def test_edges_touching_either_end_once_in_order(self, filled: Store) -> None:
+        everything = filled.edges_touching(["n0", "n1", "n2", "n0"])
+        assert [(e.src, e.dst, e.relation) for e in everything] == [
+            ("n0", "n1", "semantic"), ("n0", "n1", "temporal_next"), ("n2", "n0", "causal")]
+        assert everything[0] == filled.edges_from("n0", ["semantic"])[0]  # the whole edge, attributes included
+        assert filled.edges_touching(["n1"], ["temporal_next"]) == filled.edges_to("n1", ["temporal_next"])
+        assert filled.edges_touching(["n2"]) == filled.edges_from("n2")
+        assert filled.edges_touching(["n0"], []) == [] and filled.edges_touching([]) == []
+        assert filled.edges_touching(["ghost"]) == []
+
     def test_add_edge_replaces_same_triple(self, filled: Store) -> None:
         filled.add_edge(Edge("n0", "n1", "semantic", EdgeOrigin.INFERRED, 0.95, "fpX", "fpY", {"k": "v"}))
         sem = filled.edges_from("n0", ["semantic"])
