@@ -82,7 +82,7 @@ def context_scores(store: Store, bm25: Sequence[tuple[str, float]], vector: Sequ
     cos = dict(vector)
     floor = min(cos.values(), default=0.0)
     head = {n.id: n for n in store.get_nodes(list(dict.fromkeys([i for i, _ in bm25[:depth]] + [i for i, _ in vector[:depth]])))}
-    # `previous_memory` / `following_memories` of every head memory, with the neighbours fetched in one call
+    # `previous_memory` of every head memory, and the memories whose previous memory it is, from one edge lookup
     incoming: dict[str, list[str]] = {i: [] for i in head}
     outgoing: dict[str, list[str]] = {i: [] for i, n in head.items() if n.kind == "observation"}
     for edge in store.edges_touching(list(head), ["temporal_next"]):
@@ -110,7 +110,8 @@ def context_scores(store: Store, bm25: Sequence[tuple[str, float]], vector: Sequ
 
 
 def hybrid_seeds(store: Store, embedding: np.ndarray, query: str, config: EngineConfig) -> list[Candidate]:
-    """The fused pool, best first: RRF of BM25 (weight 1) and vector (weight `dense_weight`), k = seed_rrf_k.
+    """The fused pool, best first: RRF of BM25 (weight 1) and vector (weight `dense_weight`), k = seed_rrf_k, and
+    with `context_weight` the two `context_lists`.
 
     Each list is fused `seed_depth` deep, not just `seed_pool` deep. With the usual k = 60 the tail of a list
     still moves the head of the fusion (on the 6 LoCoMo dev conversations, fusing 50-deep lists cost 0.04
@@ -204,15 +205,6 @@ def previous_memory(store: Store, node: Node) -> Node | None:
         if prev is not None and prev.kind == "observation" and _same_day(prev, node):
             return prev
     return None
-
-
-def following_memories(store: Store, node: Node) -> list[Node]:
-    """The observations whose `previous_memory` is `node`: the targets of its `temporal_next` edges on the same day.
-    Empty unless `node` is an observation itself."""
-    if node.kind != "observation":
-        return []
-    found = store.get_nodes([e.dst for e in store.edges_from(node.id, ["temporal_next"])])
-    return [n for n in found if n.kind == "observation" and _same_day(node, n)]
 
 
 def judge(controller: Controller, query: str, candidates: Sequence[Candidate], config: EngineConfig, *, bridge: bool = True,

@@ -588,18 +588,16 @@ def test_context_seeds_reach_a_reply_through_the_turn_it_answers() -> None:
 
 
 def test_context_scores_sum_bm25_and_average_cosines_within_a_day_only() -> None:
-    from memory.traversal import context_lists, context_scores, following_memories, previous_memory
+    from memory.traversal import context_lists, context_scores, previous_memory
     engine = make_engine(RuleBackend(), consolidation_every=0)
     asked, reply = _reply_after_question(engine)
     nodes = {n.id: n for n in engine.store.get_nodes([asked, reply])}
     assert previous_memory(engine.store, nodes[reply]).id == asked
-    assert [n.id for n in following_memories(engine.store, nodes[reply])] != []  # the next filler line
-    assert reply in [n.id for n in following_memories(engine.store, nodes[asked])]
+    after_reply = [e.dst for e in engine.store.edges_from(reply, ["temporal_next"])][0]  # the next filler line
     by_bm25, by_cosine = context_scores(engine.store, [(asked, 4.0), (reply, 1.0)], [(reply, 0.9), (asked, 0.1)], depth=1)
     # the heads (asked from BM25, reply from the vector list), the turn before asked and the turns after both
     assert by_bm25[reply] == 5.0 and by_bm25[asked] == 4.0  # asked's own predecessor (a filler line) scored 0
     assert by_cosine[reply] == pytest.approx(0.5) and by_cosine[asked] == pytest.approx(0.1)  # unseen: the floor 0.1
-    after_reply = following_memories(engine.store, nodes[reply])[0].id
     assert by_bm25[after_reply] == 1.0 and by_cosine[after_reply] == pytest.approx(0.5)
     lists = context_lists(engine.store, [(asked, 4.0), (reply, 1.0)], [], depth=2)
     assert lists["bm25_context"][:2] == [reply, asked] and "vector_context" not in lists
