@@ -93,15 +93,11 @@ def context_scores(store: Store, bm25: Sequence[tuple[str, float]], vector: Sequ
     linked = {j for ids in (*incoming.values(), *outgoing.values()) for j in ids}
     known = {**{n.id: n for n in store.get_nodes([j for j in linked if j not in head])}, **head}
 
-    def chained(a: Node | None, b: Node | None) -> bool:  # b may follow a as its previous memory
-        return a is not None and b is not None and a.kind == "observation" and _same_day(a, b)
-
     before: dict[str, str | None] = {}
     for i, node in head.items():
-        before[i] = next((j for j in incoming[i] if chained(known.get(j), node)), None)
+        before[i] = next((j for j in incoming[i] if j in known and _precedes(known[j], node)), None)
         for j in outgoing.get(i, []):
-            after = known.get(j)
-            if after is not None and after.kind == "observation" and chained(node, after):
+            if j in known and known[j].kind == "observation" and _precedes(node, known[j]):
                 before.setdefault(j, i)
     by_bm25 = {i: bm.get(i, 0.0) + (bm.get(p, 0.0) if p is not None else 0.0) for i, p in before.items()}
     by_cosine = {i: cos.get(i, floor) if p is None else (cos.get(i, floor) + cos.get(p, floor)) / 2
@@ -192,9 +188,11 @@ def expand_view(
     return found
 
 
-def _same_day(a: Node, b: Node) -> bool:
-    x, y = a.event_time or a.observed_at, b.event_time or b.observed_at
-    return (x is None) == (y is None) and (x is None or x.date() == y.date())
+def _precedes(prev: Node, node: Node) -> bool:
+    """Whether `prev`, the source of a `temporal_next` edge to `node`, is its previous memory: an observation
+    of the same day (or both undated)."""
+    x, y = prev.event_time or prev.observed_at, node.event_time or node.observed_at
+    return prev.kind == "observation" and (x is None) == (y is None) and (x is None or x.date() == y.date())
 
 
 def previous_memory(store: Store, node: Node) -> Node | None:
@@ -202,7 +200,7 @@ def previous_memory(store: Store, node: Node) -> Node | None:
     `temporal_next` edge. In a conversation, usually the turn `node` replies to."""
     for edge in store.edges_to(node.id, ["temporal_next"]):
         prev = store.get_node(edge.src)
-        if prev is not None and prev.kind == "observation" and _same_day(prev, node):
+        if prev is not None and _precedes(prev, node):
             return prev
     return None
 
