@@ -2,8 +2,8 @@
 
     route   one request, six ROUTING Nouls -> active views, per-view budgets, depth   (memory/routing.py)
     seed    hybrid RRF pool (BM25 + dense_weight x vector, k = seed_rrf_k, lists seed_depth deep; with
-            context_weight also both lists over each memory read with the one before it); the top n_seeds are
-            judged first
+            context_weight also both lists over each memory read with the one before it, with
+            named_speaker_weight the memories of speakers the query names); the top n_seeds are judged first
     judge   one batched call per round: relevant / bridge per new candidate          (memory/traversal.py)
     stop    one request per round that could be followed by another: evidence_sufficient, continue_useful,
             missing_evidence, contradiction (a round at the depth or budget limit, or with an empty frontier,

@@ -7,7 +7,8 @@ A `Candidate` is a node met during one query with how it was reached (`via`, `de
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -20,11 +21,13 @@ from memory.control import Controller, ask_batch_within_limit, clipped, keyed, m
 from memory.store.base import Store
 from memory.types import Edge, EdgeOrigin, Node
 
+_WORD = re.compile(r"[^\W_]+")
+
 
 @dataclass
 class Candidate:
     node: Node
-    via: str  # "seed:bm25", "seed:vector", "seed:bm25_context", "seed:vector_context", "expand:<view>"
+    via: str  # "seed:bm25", "seed:vector", "seed:bm25_context", "seed:vector_context", "seed:speaker", "expand:<view>"
     depth: int
     structure: float  # in [0, 1]
     relevant: float | None = None
@@ -40,8 +43,9 @@ class Candidate:
 def hybrid_ranking(store: Store, embedding: np.ndarray, text: str, depth: int,
                    config: EngineConfig) -> tuple[list[str], dict[str, float], dict[str, tuple[int, str]]]:
     """Ids by fused score, best first (`candidates.fuse` of BM25 weight 1 and vector `dense_weight`, k =
-    seed_rrf_k, lists `depth` deep, and with `context_weight` the two `context_lists` at that weight times theirs;
-    ties by best rank, then id), the scores normalised to (0, 1], and each id's best (rank, list name)."""
+    seed_rrf_k, lists `depth` deep, with `context_weight` the two `context_lists` at that weight times theirs, and
+    with `named_speaker_weight` the `speaker_list` of that fusion at that weight; ties by best rank, then id), the
+    scores normalised to (0, 1], and each id's best (rank, list name)."""
     bm25 = store.text_search(text, depth)
     vector = store.vector_search(embedding, depth) if config.dense_weight > 0 else []
     lists = {"bm25": [i for i, _ in bm25], "vector": [i for i, _ in vector]}
@@ -50,14 +54,40 @@ def hybrid_ranking(store: Store, embedding: np.ndarray, text: str, depth: int,
         lists.update(context_lists(store, bm25, vector, config.context_depth))
         weights.update({"bm25_context": config.context_weight, "vector_context": config.context_weight * config.dense_weight})
     score = fuse(lists, weights, config.seed_rrf_k)
+    top = (1.0 + config.dense_weight) * (1.0 + config.context_weight)
+    if config.named_speaker_weight > 0:
+        spoken = speaker_list(store, text, list(score)[: config.named_speaker_depth])
+        if spoken:
+            lists["speaker"] = spoken
+            weights["speaker"] = config.named_speaker_weight
+            top += config.named_speaker_weight
+            score = fuse(lists, weights, config.seed_rrf_k)
     best: dict[str, tuple[int, str]] = {}
     for name, ids in lists.items():
         for rank, node_id in enumerate(ids):
             if node_id not in best or rank < best[node_id][0]:
                 best[node_id] = (rank, name)
-    top = (1.0 + config.dense_weight) * (1.0 + config.context_weight) / (config.seed_rrf_k + 1)
+    top /= config.seed_rrf_k + 1
     order = sorted(score, key=lambda i: (-score[i], best[i][0], i))
     return order, {i: s / top for i, s in score.items()}, best
+
+
+def named_speakers(text: str, speakers: Iterable[str]) -> set[str]:
+    """The `speakers` that `text` names: every word of the name occurs among its words (case-insensitive; "Jon's"
+    names "Jon")."""
+    words = set(_WORD.findall(text.lower()))
+    return {s for s in speakers if (name := _WORD.findall(s.lower())) and all(w in words for w in name)}
+
+
+def speaker_list(store: Store, text: str, head: Sequence[str]) -> list[str]:
+    """The memories of `head` (ids, best first) spoken by a speaker the query names, in `head`'s order; empty when
+    it names none, or every speaker of the head (the list would only repeat the fusion)."""
+    nodes = {n.id: n for n in store.get_nodes(list(head))}
+    present = {n.speaker for n in nodes.values() if n.speaker}
+    named = named_speakers(text, present)
+    if not named or named == present:
+        return []
+    return [i for i in head if i in nodes and nodes[i].speaker in named]
 
 
 def context_lists(store: Store, bm25: Sequence[tuple[str, float]], vector: Sequence[tuple[str, float]],

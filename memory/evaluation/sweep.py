@@ -36,7 +36,8 @@ log = logging.getLogger(__name__)
 # The fields a query reads; every other EngineConfig field shapes what a write stores.
 READ_PATH_FIELDS: frozenset[str] = frozenset({
     "tau_route", "expansion_budget", "min_view_budget", "gamma", "max_depth", "n_seeds", "seed_pool", "seed_depth",
-    "seed_rrf_k", "dense_weight", "context_weight", "context_depth", "expand_per_node", "tau_frontier", "tau_stop", "tau_continue", "stop_evidence_k",
+    "seed_rrf_k", "dense_weight", "context_weight", "context_depth", "named_speaker_weight", "named_speaker_depth",
+    "expand_per_node", "tau_frontier", "tau_stop", "tau_continue", "stop_evidence_k",
     "ask_stop", "ask_bridge", "relevance_context", "relevance_dated", "max_evidence_chars", "seed_weight", "relevance_weight",
     "center_relevance", "relevance_logit", "center_on_pool", "order_edges_view",
     "feedback_k", "feedback_docs", "tau_admit", "expand_decay", "recency_weight", "superseded_penalty", "answer_evidence_k",

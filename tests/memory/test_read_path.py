@@ -608,3 +608,56 @@ def test_context_scores_sum_bm25_and_average_cosines_within_a_day_only() -> None
     assert previous_memory(other.store, node) is None
     by_bm25, _ = context_scores(other.store, [(asked, 4.0)], [], depth=5)
     assert reply not in by_bm25
+
+
+# ---------------------------------------------------------------- named-speaker seeds
+def test_named_speakers_match_whole_words_of_the_name() -> None:
+    from memory.traversal import named_speakers
+    speakers = ["Jon", "Gina", "Jo", "Mary Ann"]
+    assert named_speakers("What did Jon's sister tell gina?", speakers) == {"Jon", "Gina"}  # not "Jo"
+    assert named_speakers("Where does Mary Ann work?", speakers) == {"Mary Ann"}
+    assert named_speakers("Where does Ann work?", speakers) == set()
+    assert named_speakers("Where did Jonathan go?", speakers) == set()
+
+
+def _two_speakers(engine: Any, *, filler: bool = True) -> tuple[list[str], list[str]]:
+    """Ids of Jon's and Gina's memories about a trail: Gina's share more of the query's words, so they lead the
+    plain fusion."""
+    gina = [engine.write(obs(f"Gina: Jon, which hiking trail did you take? Trail {i} is a long hiking trail", i)).node_id
+            for i in range(4)]
+    jon = [engine.write(obs(f"Jon: I went up the ridge path number {i}, a hiking day", 10 + i)).node_id for i in range(4)]
+    for i, text in enumerate(FILLER if filler else []):
+        engine.write(obs(text, 20 + i))
+    return jon, gina
+
+
+def test_named_speaker_seeds_lift_the_named_speakers_memories() -> None:
+    engine = make_engine(constant(0.5), consolidation_every=0, n_seeds=4, seed_pool=8, named_speaker_weight=0.0)
+    jon, gina = _two_speakers(engine)
+    query = "Which hiking trail did Jon take?"
+    vector = engine.embedder.embed([query])[0]
+    plain = [c.node.id for c in hybrid_seeds(engine.store, vector, query, engine.config)]
+    assert set(plain[:4]) == set(gina)  # Gina's lines about Jon's hike crowd out his own
+    lifted = hybrid_seeds(engine.store, vector, query, engine.config.with_(named_speaker_weight=1.0))
+    order = [c.node.id for c in lifted]
+    assert all(order.index(i) < plain.index(i) for i in jon)
+    assert all(0 < c.structure <= 1 for c in lifted) and any(c.via == "seed:speaker" for c in lifted)
+    engine.config = engine.config.with_(named_speaker_weight=4.0)
+    assert {c.node.id for c in hybrid_seeds(engine.store, vector, query, engine.config)[:4]} == set(jon)
+    assert {e.node_id for e in engine.query(query, k=4).evidence} == set(jon)  # an uninformative judge keeps that order
+
+
+def test_named_speaker_seeds_leave_the_fusion_when_no_single_side_is_named() -> None:
+    from memory.traversal import hybrid_ranking, speaker_list
+    engine = make_engine(RuleBackend(), consolidation_every=0)
+    jon, gina = _two_speakers(engine, filler=False)
+    for query in ("Which hiking trail was long?", "Which trail did Jon and Gina hike?"):
+        vector = engine.embedder.embed([query])[0]
+        head = hybrid_ranking(engine.store, vector, query, 100, engine.config)[0]
+        assert speaker_list(engine.store, query, head) == []
+        on = hybrid_ranking(engine.store, vector, query, 100, engine.config.with_(named_speaker_weight=1.0))
+        off = hybrid_ranking(engine.store, vector, query, 100, engine.config.with_(named_speaker_weight=0.0))
+        assert on == off
+    query = "Which trail did Jon hike?"
+    head = hybrid_ranking(engine.store, engine.embedder.embed([query])[0], query, 100, engine.config)[0]
+    assert speaker_list(engine.store, query, head) == [i for i in head if i in jon] and len(head) == 8
