@@ -33,7 +33,7 @@ from memory.candidates import CandidateSet, discover_candidates
 from memory.config import EngineConfig, preset
 from memory.consolidation import ConsolidationReport, consolidate
 from memory.control import Controller
-from memory.errors import ControllerOutputError, InvalidQueryError, SystemTwoError
+from memory.errors import ControllerOutputError, InvalidObservationError, InvalidQueryError, SystemTwoError
 from memory.read_path import run_query
 from memory.results import NodeView, RelinkReport, Stats
 from memory.store.base import Store
@@ -43,6 +43,7 @@ from memory.write_path import (
     Assessment,
     add_unless_explicit,
     assess_pairs,
+    check_observation,
     entity_edges,
     make_node,
     temporal_chain,
@@ -190,7 +191,15 @@ class Engine:
             return WriteResult(node.id, len(cands.nodes), inferred, questions, status, timings, assessment.over_budget)
 
     def write_many(self, observations: Iterable[Observation]) -> list[WriteResult]:
-        return [self.write(obs) for obs in observations]
+        """Write in order. Every observation is checked first: an invalid one (InvalidObservationError) writes
+        none of them, so a refused batch can be corrected and sent again without duplicating its head."""
+        batch = list(observations)
+        for index, obs in enumerate(batch):
+            try:
+                check_observation(obs)
+            except InvalidObservationError as error:
+                raise InvalidObservationError(f"observation {index}: {error}", error.value) from error
+        return [self.write(obs) for obs in batch]
 
     def _consolidate(self) -> ConsolidationReport:
         report = consolidate(

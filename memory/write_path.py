@@ -85,8 +85,9 @@ def check_storable(obs: Observation) -> None:
                 raise InvalidObservationError(f"{name} is out of range in UTC", value) from error
 
 
-def make_node(obs: Observation, *, seq: int, config: EngineConfig, known_names: Iterable[str] = ()) -> Node:
-    """Phase 1: a validated node (not yet typed or stored)."""
+def check_observation(obs: Observation) -> None:
+    """Everything `make_node` refuses (InvalidObservationError), with no id, entity or store work: a batch is
+    checked whole before its first observation is written."""
     if not isinstance(obs, Observation):
         raise InvalidObservationError(f"expected an Observation, got {type(obs).__name__}", obs)
     if not isinstance(obs.content, str) or not obs.content.strip():
@@ -101,6 +102,11 @@ def make_node(obs: Observation, *, seq: int, config: EngineConfig, known_names: 
     reserved = sorted(set(obs.metadata) & RESERVED_METADATA)
     if reserved:
         raise InvalidObservationError(f"metadata key {reserved[0]!r} is reserved by the engine", obs.metadata)
+
+
+def make_node(obs: Observation, *, seq: int, config: EngineConfig, known_names: Iterable[str] = ()) -> Node:
+    """Phase 1: a validated node (not yet typed or stored)."""
+    check_observation(obs)
     if obs.entities is None:
         entities = extract_entities(obs.content, speaker=obs.speaker, known_names=known_names, limit=config.max_entities)
     else:

@@ -52,7 +52,7 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     app.state.runtime = runtime
     install_error_handlers(app)
     # add_middleware puts the last one outermost: the request context wraps the body handling.
-    app.add_middleware(BodyMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyMiddleware, max_bytes=settings.max_body_bytes, timeout_s=settings.request_timeout_s)
     app.add_middleware(RequestContextMiddleware, metrics=runtime.metrics)
     guarded = auth_dependencies(settings.api_key)
     app.include_router(health.router)

@@ -2,12 +2,14 @@
 
 `RequestContextMiddleware` sits outside everything the app does, so every response, including errors
 raised by other middleware and unexpected exceptions, carries `x-typesafe-request-id` and is counted.
-`BodyMiddleware` enforces the body size limit on the wire and after decompression, decodes
+`BodyMiddleware` enforces the body size limit on the wire and after decompression (and the request deadline
+while the body arrives: a stalled upload is a 503, not a hang), decodes
 `Content-Encoding: zstd`, and hands the app a plain identity-encoded body.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -95,11 +97,13 @@ class RequestContextMiddleware:
 
 
 class BodyMiddleware:
-    """Reads the whole body (bounded), decodes `Content-Encoding: zstd`, and replays it to the app."""
+    """Reads the whole body (bounded in size, and in time by the request deadline), decodes
+    `Content-Encoding: zstd`, and replays it to the app."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") in _NO_BODY_METHODS:
@@ -119,21 +123,19 @@ class BodyMiddleware:
         if encoding not in ("identity", "", "zstd"):
             await send_error(scope, send, 415, "unsupported_media_type", f"Content-Encoding {encoding!r} is not supported; use zstd or none")
             return
-        chunks: list[bytes] = []
-        size = 0
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                await send_error(scope, send, 413, "request_too_large", f"request body exceeds the limit of {limit} bytes")
-                return
-            chunks.append(chunk)
-            more = bool(message.get("more_body", False))
-        body = b"".join(chunks)
+        try:
+            async with asyncio.timeout(self._time_left(scope)):
+                body = await _read_body(receive, limit)
+        except TimeoutError:
+            # A body that stalls would otherwise hold the request open for as long as the client likes.
+            message = f"no answer within the server's deadline of {self.timeout_s:g}s (it passed while the request was read); retry later"
+            await send_error(scope, send, 503, "timeout_error", message, {"retry-after-ms": "1000", "retry-after": "1"})
+            return
+        except _TooLarge:
+            await send_error(scope, send, 413, "request_too_large", f"request body exceeds the limit of {limit} bytes")
+            return
+        if body is None:  # the client hung up
+            return
         if encoding == "zstd":
             try:
                 body = _zstd_decode(body, limit)
@@ -147,6 +149,31 @@ class BodyMiddleware:
                 (k, v) for k, v in scope.get("headers", []) if k.lower() not in (b"content-encoding", b"content-length")
             ] + [(b"content-length", str(len(body)).encode())]
         await self.app(scope, _replay(body, receive), send)
+
+    def _time_left(self, scope: Scope) -> float | None:
+        """Seconds until the request deadline (counted from arrival, as the batcher counts it), or None."""
+        if self.timeout_s is None:
+            return None
+        arrived = scope.get("state", {}).get("arrived", time.monotonic())
+        return max(0.0, arrived + self.timeout_s - time.monotonic())
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole body, or None when the client disconnects first; raises _TooLarge past `limit` bytes."""
+    chunks: list[bytes] = []
+    size = 0
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _TooLarge()
+        chunks.append(chunk)
+        more = bool(message.get("more_body", False))
+    return b"".join(chunks)
 
 
 class _TooLarge(Exception):
