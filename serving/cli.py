@@ -10,6 +10,7 @@
                   [--systems bm25,dense,rrf,jevmem-heuristic] [--out DIR] ...
     jevmem eval sweep  --data PATH [--audit PATH] [--conversations ...] [--controller heuristic|local]
                   [--config PRESET|FILE.json] --variants '{"name": {read-path field: value}, ...}'
+    jevmem eval compare RUN [RUN ...] --reference SYSTEM   (paired differences from saved `eval locomo --out` runs)
     jevmem serve  [--host H] [--port P] [--controller NAME] [--db PATH [--embedder minilm]]
 
 JSONL input: one object per line with `content` (or `text`) and optional `observed_at`, `event_time` (ISO 8601),
@@ -256,6 +257,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from memory.evaluation.compare import CompareError, compare, comparison_markdown, label_runs, read_scores
+
+    try:
+        runs = [read_scores(Path(run)) for run in args.runs]
+        systems = label_runs(runs, [Path(run).name if Path(run).is_dir() else Path(run).parent.name for run in args.runs])
+        result = compare(systems, args.reference, draws=args.draws, seed=args.seed)
+    except CompareError as error:
+        raise UsageError(str(error)) from error
+    print(comparison_markdown(result))
+    return 0
+
+
 def _eval_progress(label: str, total: int) -> Any:
     from tqdm import tqdm
 
@@ -370,6 +384,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "(the heuristic controller's), 'mean' (their average) or an oracle's AUROC in [0.5, 1] "
                         "(memory/evaluation/oracle.py; an evaluation instrument that reads gold)")
     p.set_defaults(func=cmd_sweep)
+
+    p = bench.add_parser("compare", help="paired differences from saved `eval locomo --out` runs, against any system")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run directories (or their questions.jsonl)")
+    p.add_argument("--reference", required=True,
+                   help="the system subtracted; a name met in several runs is NAME@RUN (the directory's name)")
+    p.add_argument("--draws", type=int, default=1000, help="bootstrap draws (default 1000, as `eval locomo`)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0, as `eval locomo`)")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("serve", help="the HTTP server (TypeSafe wire protocol + memory API)")
     p.add_argument("--host", default=None)
