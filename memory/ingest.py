@@ -1,6 +1,6 @@
 """Turn input files into observations: JSONL (one observation per line) and LoCoMo conversations.
 
-JSONL fields: `text` or `content` (required, non-empty), `speaker`, `id` (one provenance id) or
+JSONL fields: `text` or `content` (required, non-empty), `speaker` (one line, not blank), `id` (one provenance id) or
 `source_ids` (a string or a list), `observed_at` and `event_time` (ISO 8601), `entities` (list),
 `metadata` (object). Unknown fields are refused, so a typo never silently drops data. When a speaker is given
 and the text does not already start with it, the stored content is `Speaker: text`, the form LoCoMo turns take.
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from memory.errors import InvalidObservationError
 from memory.types import Observation
+from memory.write_path import check_speaker
 
 if TYPE_CHECKING:
     from data.locomo import Conversation, Turn
@@ -32,6 +33,11 @@ def observation_from_record(record: dict[str, Any], *, where: str = "record") ->
     if not isinstance(text, str) or not text.strip():
         raise InvalidObservationError(f"{where}: needs a non-empty 'content' (or 'text')")
     speaker = _typed(record, "speaker", (str, type(None)), where)
+    if speaker is not None:
+        try:
+            check_speaker(speaker)  # before it is written into the content below
+        except InvalidObservationError as error:
+            raise InvalidObservationError(f"{where}: {error}", speaker) from error
     sources = record["id"] if "id" in record else record.get("source_ids", ())
     if isinstance(sources, int) and not isinstance(sources, bool):
         sources = str(sources)

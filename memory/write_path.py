@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -62,6 +63,17 @@ def check_text(name: str, value: str) -> None:
         raise InvalidObservationError(f"{name} is not valid Unicode text ({error.reason} at {error.start})", value) from error
 
 
+def check_speaker(speaker: str) -> None:
+    """A speaker leads the memory text (`Speaker: text`) and can become an entity, so it is one visible line:
+    not blank ("" included), no control character (tab and newline too) and no line or paragraph separator."""
+    if not speaker.strip():
+        raise InvalidObservationError("speaker must not be blank (omit it or use null for none)", speaker)
+    for index, char in enumerate(speaker):
+        if unicodedata.category(char) in ("Cc", "Zl", "Zp"):
+            raise InvalidObservationError(f"speaker must be one line without control characters "
+                                          f"(U+{ord(char):04X} at {index})", speaker)
+
+
 def check_storable(obs: Observation) -> None:
     """Refuse what some store could not keep, before anything is computed or stored: text that is not valid
     Unicode, metadata that is not JSON (every persistent store keeps it as JSON), and a timestamp whose
@@ -98,6 +110,8 @@ def check_observation(obs: Observation) -> None:
             raise InvalidObservationError(f"{name} must be a datetime or None, got {type(value).__name__}", value)
     if obs.speaker is not None and not isinstance(obs.speaker, str):
         raise InvalidObservationError(f"speaker must be text or None, got {type(obs.speaker).__name__}", obs.speaker)
+    if obs.speaker is not None:
+        check_speaker(obs.speaker)
     check_storable(obs)
     reserved = sorted(set(obs.metadata) & RESERVED_METADATA)
     if reserved:

@@ -1,4 +1,8 @@
-"""Liveness, readiness and Prometheus metrics. Always open (no API key)."""
+"""Liveness, readiness and Prometheus metrics. Always open (no API key).
+
+Each also answers HEAD (load balancers and uptime checks send it; FastAPI's API routes take GET only): the same
+endpoint, so the status and headers are GET's, and the server (uvicorn) sends no body. The schema documents GET.
+"""
 
 from __future__ import annotations
 
@@ -24,11 +28,13 @@ class Readiness(BaseModel):
     queue_depth: int
 
 
+@router.head("/healthz", include_in_schema=False)
 @router.get("/healthz", response_model=Health, summary="Liveness: the process answers")
 async def healthz() -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
 
+@router.head("/readyz", include_in_schema=False)
 @router.get("/readyz", response_model=Readiness, responses={503: {"description": "Not ready (loading, warming up or shutting down)."}}, summary="Readiness: model loaded and warmed")
 async def readyz(request: Request) -> JSONResponse:
     runtime: Runtime = request.app.state.runtime
@@ -39,6 +45,7 @@ async def readyz(request: Request) -> JSONResponse:
     )
 
 
+@router.head("/metrics", include_in_schema=False)
 @router.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics (text format 0.0.4)")
 async def metrics(request: Request) -> PlainTextResponse:
     runtime: Runtime = request.app.state.runtime

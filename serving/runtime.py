@@ -21,9 +21,9 @@ from fastapi import Request
 
 from controller.backend import Backend, BackendRequest, BackendResult, ModelInfo, create_backend
 from controller.client import PlannedRequest, plan_request
-from controller.errors import BackendUnavailableError
+from controller.errors import BackendUnavailableError, InputTooLongError
 from serving.batching import Batcher
-from serving.errors import HTTPFacingError, MemoryUnavailableError, NotReadyError
+from serving.errors import HTTPFacingError, MemoryUnavailableError, NotReadyError, SettingsError
 from serving.metrics import ServerMetrics
 from serving.settings import Settings
 
@@ -121,6 +121,8 @@ class Runtime:
         if self.backend is None:
             self.backend = await asyncio.to_thread(create_backend, settings.controller, **settings.controller_options)
             self._owns_backend = True
+        if settings.warmup:
+            self.check_token_budget()
         self.batcher = Batcher(
             self.backend,
             max_batch_size=settings.effective_batch_size,
@@ -138,6 +140,24 @@ class Runtime:
         else:
             self.ready = True
         log.info("serving %s (batching %s)", self.backend.info.name, "on" if settings.batching else "off")
+
+    def check_token_budget(self) -> None:
+        """The token budget must admit the server's own warm-up request, or /readyz could never report ready:
+        a smaller one is refused at start-up (SettingsError naming JEVMEM_TOKEN_BUDGET and the minimum)."""
+        budget = self.settings.token_budget
+        if budget is None or self.backend is None:
+            return
+        from controller.template import count_input_tokens
+
+        planned = plan_request(self.backend, WARMUP_STATE, WARMUP_QUESTIONS, model=None)
+        try:
+            count_input_tokens(planned.request, max_request_tokens=budget)
+        except InputTooLongError as error:
+            raise SettingsError(
+                f"JEVMEM_TOKEN_BUDGET={budget} is below the {error.tokens} tokens of the server's own warm-up request, "
+                f"so /readyz could never report ready; set it to at least {error.tokens}",
+                field="token_budget", value=budget,
+            ) from error
 
     async def warm_up(self) -> bool:
         """One tiny request end to end; `/readyz` reports ready once this has succeeded."""

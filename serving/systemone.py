@@ -60,6 +60,7 @@ async def system_one(request: Request, runtime: Runtime = Depends(get_runtime)) 
     return JSONResponse(wire_payload(response.model, response.answers, response.usage), headers=headers)
 
 
+@router.head("/v1/models", include_in_schema=False)  # GET without the body, for uptime checks (as /healthz)
 @router.get(
     "/v1/models",
     response_model=ModelList,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -21,4 +22,12 @@ def test_bytes_that_are_not_utf8_are_refused_naming_the_line(tmp_path: Path) -> 
     path = tmp_path / "notes.jsonl"
     path.write_bytes(b'{"text": "fine"}\n{"text": "caf\xe9 in latin-1"}\n')
     with pytest.raises(InvalidObservationError, match=r"notes\.jsonl:2: not UTF-8"):
+        list(read_jsonl(path))
+
+
+@pytest.mark.parametrize("speaker", ["", "  ", "Mi\u0000ra", "Mira\n"])
+def test_a_blank_or_multiline_speaker_is_refused_naming_the_line(tmp_path: Path, speaker: str) -> None:
+    path = tmp_path / "notes.jsonl"
+    path.write_text('{"text": "fine", "speaker": "Mira"}\n' + json.dumps({"text": "hello", "speaker": speaker}) + "\n")
+    with pytest.raises(InvalidObservationError, match=r"notes\.jsonl:2: speaker must"):
         list(read_jsonl(path))

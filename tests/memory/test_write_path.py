@@ -162,6 +162,19 @@ def test_invalid_observations_are_refused() -> None:
     assert engine.store.count_nodes() == 0
 
 
+@pytest.mark.parametrize("speaker", ["", "   ", "Mi\x00ra", "Mira\n", "Mi\tra", "\x1b[31mMira", "Mira\u2028Tom"])
+def test_a_blank_or_multiline_speaker_is_refused(speaker: str) -> None:
+    """A speaker leads the memory text and may become an entity: a blank one or one with control characters
+    is refused before anything is stored, alone and in a batch."""
+    engine = make_engine()
+    with pytest.raises(InvalidObservationError, match="speaker must"):
+        engine.write(Observation("fine text", speaker=speaker))
+    with pytest.raises(InvalidObservationError, match="observation 1: speaker must"):
+        engine.write_many([Observation("fine text", speaker="Mira"), Observation("more text", speaker=speaker)])
+    assert engine.store.count_nodes() == 0
+    assert engine.write(Observation("fine text", speaker="Mary Ann O'Neil-Łukasz 李")).link_status  # names may be any script
+
+
 def test_a_failure_inside_the_write_transaction_leaves_nothing() -> None:
     engine = make_engine()
     engine.write(obs("Mira: tomatoes", 0))

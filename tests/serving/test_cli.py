@@ -89,6 +89,8 @@ def test_user_errors_exit_2_without_traceback(
         ('{"content": "x", "observed_at": "yesterday"}', "not an ISO 8601 time"),
         ("[1]", "expected a JSON object"),
         ('{"content": "x", "metadata": [1]}', "'metadata' has the wrong type"),
+        ('{"content": "x", "speaker": "   "}', "speaker must not be blank"),
+        ('{"content": "x", "speaker": "Mi\\u0000ra"}', "speaker must be one line without control characters (U+0000 at 2)"),
     ],
 )
 def test_bad_jsonl_names_the_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], line: str, message: str) -> None:
@@ -96,6 +98,7 @@ def test_bad_jsonl_names_the_line(tmp_path: Path, capsys: pytest.CaptureFixture[
     source.write_text('{"content": "fine"}\n' + line + "\n", encoding="utf-8")
     code, _, err = run(capsys, "ingest", "--db", str(tmp_path / "m.db"), "--jsonl", str(source))
     assert code == 2 and ":2:" in err and message in err
+    assert not (tmp_path / "m.db").exists()  # refused while reading: nothing was written
 
 
 def test_ingest_locomo_needs_one_conversation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

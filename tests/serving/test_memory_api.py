@@ -359,3 +359,14 @@ def test_the_engines_own_metadata_keys_are_refused_over_http(tmp_path: Path) -> 
         r = client.post(f"{M}/observations", json={"content": "Mira: hi", "metadata": {"links_refused": [["a", "b", "semantic"]]}})
         assert r.status_code == 422 and "reserved" in r.text
         assert client.post(f"{M}/observations", json={"content": "Mira: hi", "metadata": {"topic": "x"}}).status_code == 201
+
+
+@pytest.mark.parametrize("speaker", ["   ", "Mi\u0000ra", "Mira\r\nTom"])
+async def test_a_blank_or_control_character_speaker_is_422_and_stores_nothing(real_memory: httpx2.AsyncClient, speaker: str) -> None:
+    client = real_memory
+    r = await client.post(f"{M}/observations", json={"content": "Mira: hi", "speaker": speaker})
+    assert r.status_code == 422 and "speaker must" in r.json()["detail"][0]["msg"], r.text
+    batch = {"observations": [{"content": "Mira: hi", "speaker": "Mira"}, {"content": "Mira: hi", "speaker": speaker}]}
+    r = await client.post(f"{M}/observations/batch", json=batch)
+    assert r.status_code == 422 and "observation 1: speaker must" in r.json()["detail"][0]["msg"], r.text
+    assert (await client.get(f"{M}/stats")).json()["nodes"] == 0

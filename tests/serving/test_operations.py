@@ -93,6 +93,62 @@ async def test_not_ready_until_the_backend_answers(make_app: Any) -> None:
         assert (await client.get("/readyz")).status_code == 200
 
 
+async def test_a_token_budget_below_the_warm_up_request_is_refused_at_start_up(make_app: Any) -> None:
+    """A budget the server's own warm-up request does not fit used to start a server whose /readyz stayed 503
+    forever, its body saying only "not ready"."""
+    with pytest.raises(SettingsError, match=r"JEVMEM_TOKEN_BUDGET=1 is below .* set it to at least \d+") as error:
+        async with serving(make_app(token_budget=1)):
+            pass
+    assert error.value.field == "token_budget" and error.value.value == 1
+    minimum = int(str(error.value).rsplit("at least ", 1)[1].split()[0])
+    async with serving(make_app(token_budget=minimum)) as client:  # the minimum named is enough
+        assert (await client.get("/readyz")).status_code == 200
+    with pytest.raises(SettingsError):
+        async with serving(make_app(token_budget=minimum - 1)):
+            pass
+    async with serving(make_app(token_budget=1, warmup=False)) as client:  # no warm-up: nothing to check
+        assert (await client.get("/readyz")).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("path", "key", "status"),
+    [("/healthz", None, 200), ("/readyz", None, 200), ("/metrics", None, 200),
+     ("/v1/models", "k", 200), ("/v1/models", None, 403), ("/v1/models", "wrong", 401)],
+)
+async def test_head_answers_like_get(make_app: Any, path: str, key: str | None, status: int) -> None:
+    """Load balancers and uptime checks send HEAD; FastAPI's API routes used to answer it 405. The health
+    endpoints stay open and /v1/models keeps its key; the body is the server's to drop (see the live test)."""
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    async with serving(make_app(api_key="k")) as client:
+        get, head = await client.get(path, headers=headers), await client.head(path, headers=headers)
+    assert get.status_code == head.status_code == status, head.text
+    assert head.headers["content-type"] == get.headers["content-type"]
+    if path != "/metrics":  # the metrics page grows with every request
+        assert head.headers["content-length"] == get.headers["content-length"]
+
+
+async def test_head_on_readyz_is_503_while_not_ready(make_app: Any) -> None:
+    class Down(FakeBackend):
+        def answer(self, requests: Any) -> Any:
+            from controller.errors import BackendUnavailableError
+
+            raise BackendUnavailableError("still loading")
+
+    async with serving(make_app(backend=Down())) as client:
+        r = await client.head("/readyz")
+    assert r.status_code == 503 and "retry-after" in r.headers
+
+
+def test_head_over_a_socket_has_no_body(live_server: Any) -> None:
+    import httpx2
+
+    with httpx2.Client(base_url=live_server.url, timeout=10) as http:
+        for path in ("/healthz", "/readyz", "/v1/models"):
+            get, head = http.get(path), http.head(path)
+            assert (head.status_code, head.content) == (get.status_code, b"") and get.content
+            assert head.headers["content-length"] == get.headers["content-length"]
+
+
 def _sample(text: str, name: str, **labels: str) -> float:
     for line in text.splitlines():
         if line.startswith(name + "{") or line.startswith(name + " "):
