@@ -245,8 +245,8 @@ PRESETS: dict[str, EngineConfig] = {
     "default": EngineConfig(),
     # The cheapest useful engine for a local controller on a small CPU: two judged candidates per write, no
     # consolidation, four judged seeds, at most two expansions in one round and no stopping request. With the
-    # shipped controller on the LoCoMo dev pair (2 threads, fast with --no-spin; session 26, context seeds, separate runs):
-    # write p50 113 vs 294 ms, query p50 142 vs 722 ms, R_frac@10 0.764 vs 0.814 (README, "Where it stands").
+    # shipped controller on the LoCoMo dev pair (2 threads, fast with --no-spin; session 27, separate runs):
+    # write p50 75 vs 260 ms, query p50 84 vs 612 ms, R_frac@10 0.767 vs 0.817 (README, "Where it stands").
     "fast": EngineConfig(candidates_k=2, consolidation_every=0, n_seeds=4, expansion_budget=2, max_depth=1,
                          expand_per_node=2, ask_stop=False),
     # Wider candidate pools and deeper, larger traversals.
