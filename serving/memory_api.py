@@ -96,6 +96,7 @@ async def query(body: QueryIn, memory: MemoryService = Memory) -> QueryOut:
     return QueryOut.of(result)
 
 
+@router.head("/nodes/{node_id}", include_in_schema=False)  # GET without the body (does the node exist?)
 @router.get("/nodes/{node_id}", response_model=NodeViewOut, summary="A node with its edges and backlinks")
 async def get_node(node_id: NodeId = Path(), memory: MemoryService = Memory) -> NodeViewOut:
     view = await memory.call(lambda engine: engine.get(node_id))
@@ -146,6 +147,7 @@ async def relink(body: RelinkIn | None = None, memory: MemoryService = Memory) -
     return RelinkOut.of(report)
 
 
+@router.head("/stats", include_in_schema=False)
 @router.get("/stats", response_model=StatsOut, summary="Node / edge counts, link statuses and controller usage")
 async def stats(memory: MemoryService = Memory) -> StatsOut:
     return StatsOut.of(await memory.call(lambda engine: engine.stats()))

@@ -370,3 +370,12 @@ async def test_a_blank_or_control_character_speaker_is_422_and_stores_nothing(re
     r = await client.post(f"{M}/observations/batch", json=batch)
     assert r.status_code == 422 and "observation 1: speaker must" in r.json()["detail"][0]["msg"], r.text
     assert (await client.get(f"{M}/stats")).json()["nodes"] == 0
+
+
+async def test_head_on_the_memory_api_answers_like_get(fake_memory: tuple[httpx2.AsyncClient, FakeEngine]) -> None:
+    client, _ = fake_memory
+    node = (await client.post("/v1/memory/observations", json={"content": "Mira paints the dunes."})).json()["node_id"]
+    for path, status in ((f"/v1/memory/nodes/{node}", 200), ("/v1/memory/nodes/0000000000000000", 404), ("/v1/memory/stats", 200)):
+        get, head = await client.get(path), await client.head(path)
+        assert get.status_code == head.status_code == status, head.text
+        assert head.headers["content-type"] == get.headers["content-type"]
