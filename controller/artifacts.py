@@ -82,7 +82,7 @@ def add_lora(model: PackedCrossEncoder, *, r: int = 8, alpha: int = 16, dropout:
         raise ValueError(f"top_layers must lie in [0, {n_layers}], got {top_layers}")
     layers = {"layers_to_transform": list(range(n_layers - top_layers, n_layers)), "layers_pattern": "layer"} if top_layers else {}
     config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(LORA_TARGETS), bias="none", **layers)
-    with _quiet_peft():
+    with quiet_peft():
         model.bert = get_peft_model(model.bert, config)
     return model
 
@@ -120,7 +120,7 @@ def save_artifact(
         elif stale.exists():
             stale.unlink()
     if has_adapter:
-        with _quiet_peft():
+        with quiet_peft():
             model.bert.save_pretrained(str(out / "adapter"))
         canonical_adapter_config(out / "adapter" / "adapter_config.json")
         config["encoder"] = {"kind": "lora", "path": "adapter"}
@@ -268,7 +268,7 @@ def _weight_files(encoder: dict[str, Any]) -> list[str]:
 
 
 @contextmanager
-def _quiet_peft() -> Iterator[None]:
+def quiet_peft() -> Iterator[None]:
     # peft 0.21 still calls transformers' deprecated `is_gradient_checkpointing`; nothing we can act on.
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
@@ -317,7 +317,7 @@ def _full_model(bert_config: dict[str, Any], weights: Path) -> PackedCrossEncode
 def _with_adapter(model: PackedCrossEncoder, adapter_dir: Path) -> PackedCrossEncoder:
     from peft import PeftModel
 
-    with _quiet_peft():
+    with quiet_peft():
         peft_model = PeftModel.from_pretrained(model.bert, str(adapter_dir))
         model.bert = peft_model.merge_and_unload()
     return model

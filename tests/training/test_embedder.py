@@ -1,0 +1,76 @@
+"""The retrieval-embedder fit (`training.embedder`) on the tiny BERT of conftest: pairs, loss, adapter files, seeding."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from data.locomo import load_locomo
+from tests.memory.eval_fixtures import write_locomo
+from training.embedder import SUMMARY_FILE, EmbedderFitConfig, batch_loss, fit_embedder, locomo_pairs
+
+PAIRS = [(f"Where did person {i} travel in {m}?", f"Person {i}: I went to city {i} in {m} and loved it.")
+         for i in range(6) for m in ("May", "June")]
+
+
+def test_locomo_pairs_take_each_gold_turn_of_the_answerable_questions(tmp_path: Path) -> None:
+    data, audit = write_locomo(tmp_path)
+    conversations = load_locomo(data, audit=audit)
+    pairs = locomo_pairs(conversations)
+    expected = [(q.question, t.memory_text()) for c in conversations for q in c.questions if q.category in (1, 2, 3, 4)
+                for d in q.evidence for t in c.turns if t.dia_id == d]
+    assert pairs == expected and pairs
+    assert all(": " in memory for _, memory in pairs)  # the text the engine stores: "Speaker: text"
+
+
+def test_a_repeated_question_does_not_count_its_other_gold_turn_as_a_negative(tiny_base: Path) -> None:
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    model = AutoModel.from_pretrained(str(tiny_base))
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_base))
+    config = EmbedderFitConfig()
+    same = [("q one?", "A: first answer"), ("q one?", "A: second answer"), ("q two?", "B: other")]
+    with torch.no_grad():
+        masked = batch_loss(model, tokenizer, same, config)
+        unmasked = batch_loss(model, tokenizer, [same[0], ("q one ?", same[1][1]), same[2]], config)
+    assert torch.isfinite(masked) and masked < unmasked
+
+
+def test_the_fit_learns_saves_the_adapter_and_is_seeded(tiny_base: Path, tmp_path: Path) -> None:
+    config = EmbedderFitConfig(lora_r=4, lora_alpha=8, lr=5e-3, epochs=6, batch_size=6, seed=3)
+    summary = fit_embedder(PAIRS, tmp_path / "a", config, base=tiny_base)
+    assert summary["pairs"] == len(PAIRS) and len(summary["epoch_loss"]) == 6
+    assert summary["epoch_loss"][-1] < summary["epoch_loss"][0]
+    assert {p.name for p in (tmp_path / "a").iterdir()} == {"adapter_config.json", "adapter_model.safetensors", SUMMARY_FILE}
+    assert json.loads((tmp_path / "a" / SUMMARY_FILE).read_text())["config"]["lora_r"] == 4
+    again = fit_embedder(PAIRS, tmp_path / "b", config, base=tiny_base)
+    assert again["epoch_loss"] == summary["epoch_loss"]
+    assert (tmp_path / "a" / "adapter_model.safetensors").read_bytes() == (tmp_path / "b" / "adapter_model.safetensors").read_bytes()
+
+
+def test_bad_settings_and_no_pairs_are_refused(tiny_base: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="lora_r"):
+        EmbedderFitConfig(epochs=0)
+    with pytest.raises(ValueError, match="lr and scale"):
+        EmbedderFitConfig(lr=0.0)
+    with pytest.raises(ValueError, match="no .* pairs"):
+        fit_embedder([], tmp_path / "x", base=tiny_base)
+
+
+def test_the_command_fits_on_the_named_conversations(tiny_base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from training.__main__ import main
+
+    data, audit = write_locomo(tmp_path)
+    out = tmp_path / "emb"
+    args = ["fit-embedder", "--locomo", str(data), "--audit", str(audit), "--conversations", "conv-26", "--out", str(out),
+            "--base", str(tiny_base), "--epochs", "1", "--lora-r", "2"]
+    assert main(args) == 0
+    summary = json.loads((out / SUMMARY_FILE).read_text())
+    conversation = load_locomo(data, audit=audit, conversations=("conv-26",))
+    assert summary["pairs"] == len(locomo_pairs(conversation)) and summary["config"]["lora_alpha"] == 4
+    capsys.readouterr()
+    assert main([*args[:6], "conv-99", *args[7:]]) == 2
+    assert "conv-99" in capsys.readouterr().err
