@@ -192,10 +192,7 @@ class Batcher:
         now = time.monotonic()
         deadline = (now if arrived is None else min(arrived, now)) + timeout_s
         if deadline <= now:
-            raise RequestTimeoutError(
-                f"no answer within the server's deadline of {timeout_s:g}s (it passed while the request was read); retry later",
-                retry_after_ms=self.retry_after_ms(),
-            )
+            raise RequestTimeoutError.while_reading(timeout_s, self.retry_after_ms())
         if not self._accepting:
             raise NotReadyError("the server is not accepting requests (starting or shutting down)", retry_after_ms=1000)
         if len(self._queue) >= self.queue_size:

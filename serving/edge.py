@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -32,7 +31,7 @@ from controller.errors import (
     UnknownModelError,
     UnsupportedQuestionError,
 )
-from serving.errors import HTTPFacingError
+from serving.errors import HTTPFacingError, retry_headers
 from serving.middleware import mark_error
 
 log = logging.getLogger(__name__)
@@ -52,10 +51,7 @@ _STATUS_TYPES = {
 
 def error_response(request: Request, status: int, error_type: str, message: str, *, retry_after_ms: int | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
     mark_error(request.scope, error_type)
-    out = dict(headers or {})
-    if retry_after_ms is not None:
-        out["retry-after-ms"] = str(int(retry_after_ms))
-        out["retry-after"] = str(max(1, math.ceil(retry_after_ms / 1000)))
+    out = {**(headers or {}), **retry_headers(retry_after_ms)}
     return JSONResponse({"detail": {"error_type": error_type, "message": message}}, status_code=status, headers=out)
 
 

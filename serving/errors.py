@@ -18,6 +18,8 @@ Controller and memory domain errors keep their own types; `serving.edge` maps th
 
 from __future__ import annotations
 
+import math
+
 
 class ServingError(Exception):
     """Root of all serving errors."""
@@ -38,6 +40,13 @@ class HTTPFacingError(ServingError):
         super().__init__(message)
         self.message = message
         self.retry_after_ms = retry_after_ms
+
+
+def retry_headers(retry_after_ms: int | None) -> dict[str, str]:
+    """`retry-after-ms` and the whole-second `retry-after` (at least 1) of an error that may be retried."""
+    if retry_after_ms is None:
+        return {}
+    return {"retry-after-ms": str(int(retry_after_ms)), "retry-after": str(max(1, math.ceil(retry_after_ms / 1000)))}
 
 
 class AuthenticationError(HTTPFacingError):
@@ -75,6 +84,12 @@ class OverloadedError(HTTPFacingError):
 class RequestTimeoutError(HTTPFacingError):
     status_code = 503
     error_type = "timeout_error"
+
+    @classmethod
+    def while_reading(cls, timeout_s: float, retry_after_ms: int) -> RequestTimeoutError:
+        """The deadline passed before the request was read whole (a slow upload, a long parse)."""
+        return cls(f"no answer within the server's deadline of {timeout_s:g}s (it passed while the request was read); "
+                   "retry later", retry_after_ms=retry_after_ms)
 
 
 class NotReadyError(HTTPFacingError):

@@ -19,6 +19,7 @@ from typing import Any
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from serving.errors import RequestTimeoutError, retry_headers
 from serving.metrics import ServerMetrics
 
 log = logging.getLogger(__name__)
@@ -128,8 +129,8 @@ class BodyMiddleware:
                 body = await _read_body(receive, limit)
         except TimeoutError:
             # A body that stalls would otherwise hold the request open for as long as the client likes.
-            message = f"no answer within the server's deadline of {self.timeout_s:g}s (it passed while the request was read); retry later"
-            await send_error(scope, send, 503, "timeout_error", message, {"retry-after-ms": "1000", "retry-after": "1"})
+            error = RequestTimeoutError.while_reading(self.timeout_s or 0.0, retry_after_ms=1000)
+            await send_error(scope, send, error.status_code, error.error_type, error.message, retry_headers(error.retry_after_ms))
             return
         except _TooLarge:
             await send_error(scope, send, 413, "request_too_large", f"request body exceeds the limit of {limit} bytes")
