@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from data.locomo import Conversation
 
-ANSWERABLE = (1, 2, 3, 4)  # adversarial questions (5) ask about what did not happen to that person
 SUMMARY_FILE = "embedder.json"
 
 
@@ -55,7 +54,9 @@ class EmbedderFitConfig:
 
 def locomo_pairs(conversations: Sequence[Conversation]) -> list[tuple[str, str]]:
     """(question, gold turn as the engine stores it: `Speaker: text [shares caption]`) for each gold turn of each
-    answerable question."""
+    answerable question (`data.builders.locomo_retrieval.ANSWERABLE`, the relevance builder's rule)."""
+    from data.builders.locomo_retrieval import ANSWERABLE
+
     out = []
     for conv in conversations:
         text = {t.dia_id: t.memory_text() for t in conv.turns}

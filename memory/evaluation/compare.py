@@ -23,6 +23,7 @@ from typing import Any
 
 from memory.evaluation.bootstrap import HEADLINE, MIN_CLUSTERS, Interval, paired_differences
 from memory.evaluation.metrics import QuestionScore, aggregate
+from memory.evaluation.report import fmt, fmt_interval, md_table
 
 _FIXED = frozenset({"system", "conversation", "qid", "category", "n_gold", "gold_ranks"})
 
@@ -112,25 +113,14 @@ def comparison_markdown(result: Comparison) -> str:
     lines = [f"# Paired differences: system minus {result.reference}", "",
              f"Conversations: {', '.join(result.conversations)}. Means over each system's own questions; differences "
              "over the questions it shares with the reference.", "",
-             *_table(["system", "questions shared", *keys],
-                     [[name, str(result.shared.get(name, "-")), *(_f(v.get(k)) for k in keys)] for name, v in result.means.items()]),
+             *md_table(["system", "questions shared", *keys],
+                     [[name, str(result.shared.get(name, "-")), *(fmt(v.get(k)) for k in keys)] for name, v in result.means.items()]),
              "", "## Question bootstrap within conversations (mean [95 % CI])", "",
-             *_table(["system", *keys], [[name, *(_ci(iv.get(k)) for k in keys)] for name, iv in result.question.items()]),
+             *md_table(["system", *keys], [[name, *(fmt_interval(iv.get(k)) for k in keys)] for name, iv in result.question.items()]),
              "", "## Conversation-cluster bootstrap (mean [95 % CI])", ""]
     if len(result.conversations) < MIN_CLUSTERS:
         lines += [f"With {len(result.conversations)} conversations these intervals are about the range of the per-conversation "
                   "means, not 95 % intervals; read the question bootstrap above.", ""]
-    lines += _table(["system", *keys], [[name, *(_ci(iv.get(k)) for k in keys)] for name, iv in result.cluster.items()])
+    lines += md_table(["system", *keys], [[name, *(fmt_interval(iv.get(k)) for k in keys)] for name, iv in result.cluster.items()])
     return "\n".join(lines) + "\n"
 
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
-
-
-def _f(value: float | None) -> str:
-    return "-" if value is None or not math.isfinite(value) else f"{value:.3f}"
-
-
-def _ci(interval: Interval | None) -> str:
-    return "-" if interval is None else f"{_f(interval.mean)} [{_f(interval.low)}, {_f(interval.high)}]"

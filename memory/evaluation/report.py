@@ -76,7 +76,7 @@ def report_dict(report: EvalReport) -> dict[str, Any]:
     )
 
 
-def _f(value: Any, digits: int = 3) -> str:
+def fmt(value: Any, digits: int = 3) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
     if isinstance(value, float):
@@ -84,7 +84,7 @@ def _f(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
@@ -109,8 +109,8 @@ def to_markdown(report: EvalReport) -> str:
         "## Headline (categories 1-5)",
         "",
     ]
-    rows = [[r.name, *(_f(_value(r, g, m)) for _, g, m in HEADLINE_COLUMNS)] for r in ok]
-    lines += _table(["system", *(c for c, _, _ in HEADLINE_COLUMNS)], rows)
+    rows = [[r.name, *(fmt(_value(r, g, m)) for _, g, m in HEADLINE_COLUMNS)] for r in ok]
+    lines += md_table(["system", *(c for c, _, _ in HEADLINE_COLUMNS)], rows)
     for r in report.systems.values():
         if r.error is not None:
             lines.append(f"\n**{r.name} did not run:** {r.error}")
@@ -118,8 +118,8 @@ def to_markdown(report: EvalReport) -> str:
     lines += ["", "## Recall by category (R_frac@10 / R_all@10)", ""]
     groups = ["1", "2", "3", "4", "5", "1-4", "1-5"]
     header = ["system", *(f"{g} {CATEGORY_LABELS.get(g, '')}".strip() for g in groups)]
-    rows = [[r.name, *(f"{_f(_value(r, g, 'R_frac@10'))} / {_f(_value(r, g, 'R_all@10'))}" for g in groups)] for r in ok]
-    lines += _table(header, rows)
+    rows = [[r.name, *(f"{fmt(_value(r, g, 'R_frac@10'))} / {fmt(_value(r, g, 'R_all@10'))}" for g in groups)] for r in ok]
+    lines += md_table(header, rows)
     if ok and ok[0].table is not None:
         lines.append("")
         lines.append("Questions per group: " + ", ".join(f"{g}: {ok[0].table.counts.get(g, 0)}" for g in groups))
@@ -128,29 +128,29 @@ def to_markdown(report: EvalReport) -> str:
     cuts = [str(k) for k in cfg.ks] + [f"{b}t" for b in cfg.budgets] + ["ret"]
     rows = []
     for r in ok:
-        cells = [f"{_f(_value(r, '1-5', f'R_frac@{c}'))} / {_f(_value(r, '1-5', f'R_all@{c}'))}" for c in cuts]
-        rows.append([r.name, *cells, _f(_value(r, "1-5", "tokens@ret"), 0), _f(_value(r, "1-5", "items@ret"), 1)])
-    lines += _table(["system", *(f"@{c}" for c in cuts), "tokens@ret", "items@ret"], rows)
+        cells = [f"{fmt(_value(r, '1-5', f'R_frac@{c}'))} / {fmt(_value(r, '1-5', f'R_all@{c}'))}" for c in cuts]
+        rows.append([r.name, *cells, fmt(_value(r, "1-5", "tokens@ret"), 0), fmt(_value(r, "1-5", "items@ret"), 1)])
+    lines += md_table(["system", *(f"@{c}" for c in cuts), "tokens@ret", "items@ret"], rows)
     n_conv = len(report.conversations)
     lines += ["", f"## Conversation-cluster bootstrap ({cfg.bootstrap_draws} draws, seed {cfg.seed}): mean [95 % CI]", ""]
     if n_conv < MIN_CLUSTERS:
         lines += [f"With {n_conv} conversation{'s' if n_conv != 1 else ''}, these intervals are about the range of the per-conversation "
                   "means, not 95 % intervals; read the question bootstrap below (it does not cover the spread between conversations).", ""]
     keys = list(ok[0].intervals) if ok else []
-    rows = [[r.name, *(_ci(r.intervals.get(k)) for k in keys)] for r in ok]
-    lines += _table(["system", *keys], rows)
+    rows = [[r.name, *(fmt_interval(r.intervals.get(k)) for k in keys)] for r in ok]
+    lines += md_table(["system", *keys], rows)
     paired = [r for r in ok if r.paired]
     if paired:
         lines += ["", f"## Paired difference: system minus {cfg.reference_system}", ""]
-        rows = [[r.name, *(_ci(r.paired.get(k)) for k in keys)] for r in paired]
-        lines += _table(["system", *keys], rows)
+        rows = [[r.name, *(fmt_interval(r.paired.get(k)) for k in keys)] for r in paired]
+        lines += md_table(["system", *keys], rows)
     lines += ["", f"## Question bootstrap within conversations ({cfg.bootstrap_draws} draws, seed {cfg.seed}): mean [95 % CI]", "",
               "Questions resampled with replacement inside each conversation (each keeps its count): intervals for these "
               "conversations' questions.", ""]
-    lines += _table(["system", *keys], [[r.name, *(_ci(r.question_intervals.get(k)) for k in keys)] for r in ok])
+    lines += md_table(["system", *keys], [[r.name, *(fmt_interval(r.question_intervals.get(k)) for k in keys)] for r in ok])
     if paired:
         lines += ["", f"Paired difference, system minus {cfg.reference_system}:", ""]
-        lines += _table(["system", *keys], [[r.name, *(_ci(r.question_paired.get(k)) for k in keys)] for r in paired])
+        lines += md_table(["system", *keys], [[r.name, *(fmt_interval(r.question_paired.get(k)) for k in keys)] for r in paired])
     lines += _costs(ok)
     return "\n".join(lines) + "\n"
 
@@ -162,9 +162,9 @@ def _rank_bands(results: list[SystemResult], query_k: int) -> list[str]:
     if not bands:
         return []
     lines = ["", "## Where the gold turns rank (share of gold turns; categories 1-5 / multi-hop)", ""]
-    rows = [[name, *(f"{_f(v.get('1-5', {}).get(b))} / {_f(v.get('1', {}).get(b))}" for b in bands),
-             f"{_f(v.get('1-5', {}).get('turns'), 0)} / {_f(v.get('1', {}).get('turns'), 0)}"] for name, v in shares.items()]
-    return lines + _table(["system", *bands, "gold turns"], rows)
+    rows = [[name, *(f"{fmt(v.get('1-5', {}).get(b))} / {fmt(v.get('1', {}).get(b))}" for b in bands),
+             f"{fmt(v.get('1-5', {}).get('turns'), 0)} / {fmt(v.get('1', {}).get('turns'), 0)}"] for name, v in shares.items()]
+    return lines + md_table(["system", *bands, "gold turns"], rows)
 
 
 def _reference_check(report: EvalReport) -> list[str]:
@@ -176,17 +176,17 @@ def _reference_check(report: EvalReport) -> list[str]:
             if result is None or result.table is None:
                 continue
             measured = [_value(result, g, m) for _, g, m in HEADLINE_COLUMNS[:5]]
-            rows.append([name, *(f"{_f(v)} ({(v or 0.0) - r:+.3f})" for v, r in zip(measured, ref))])
+            rows.append([name, *(f"{fmt(v)} ({(v or 0.0) - r:+.3f})" for v, r in zip(measured, ref))])
     if not rows:
         return []
     header = ["baseline", *(c for c, _, _ in HEADLINE_COLUMNS[:5])]
-    return ["", "Measured (minus the EVALUATION.md reference):", "", *_table(header, rows)]
+    return ["", "Measured (minus the EVALUATION.md reference):", "", *md_table(header, rows)]
 
 
-def _ci(i: Interval | None) -> str:
+def fmt_interval(i: Interval | None) -> str:
     if i is None:
         return "-"
-    return f"{_f(i.mean)} [{_f(i.low)}, {_f(i.high)}]"
+    return f"{fmt(i.mean)} [{fmt(i.low)}, {fmt(i.high)}]"
 
 
 def _costs(results: list[SystemResult]) -> list[str]:
@@ -194,14 +194,14 @@ def _costs(results: list[SystemResult]) -> list[str]:
     lines = ["", "## Costs", ""]
     flat = [r for r in results if "per_query_ms" in r.costs]
     if flat:
-        lines += _table(["baseline", "index + rank s", "ms per query"],
-                        [[r.name, _f(r.costs["index_and_rank_s"], 2), _f(r.costs["per_query_ms"], 2)] for r in flat])
+        lines += md_table(["baseline", "index + rank s", "ms per query"],
+                        [[r.name, fmt(r.costs["index_and_rank_s"], 2), fmt(r.costs["per_query_ms"], 2)] for r in flat])
     if not engines:
         return lines
     names = ["build_s", "write_ms_p50", "write_ms_p95", "candidates_per_write", "controller_questions_per_write",
              "inferred_edges_per_write", "query_ms_p50", "query_ms_p95", "controller_questions_per_query", "nodes", "summaries"]
     lines += [""]
-    lines += _table(["engine", *names], [[r.name, *(_f(r.costs.get(n), 2) for n in names)] for r in engines])
+    lines += md_table(["engine", *names], [[r.name, *(fmt(r.costs.get(n), 2) for n in names)] for r in engines])
     for key, title in (("write_phases", "Write phases, total s (p50 / p95 ms per write):"),
                        ("query_phases", "Query phases, total s (p50 / p95 ms per query; the rest of a query is ranking):")):
         phases = sorted({p for r in engines for p in r.costs.get(key, {})})
@@ -212,10 +212,10 @@ def _costs(results: list[SystemResult]) -> list[str]:
             cells = []
             for p in phases:
                 v = r.costs.get(key, {}).get(p, {})
-                cells.append(f"{_f(v.get('total_s'), 1)} ({_f(v.get('p50_ms'), 1)} / {_f(v.get('p95_ms'), 1)})")
+                cells.append(f"{fmt(v.get('total_s'), 1)} ({fmt(v.get('p50_ms'), 1)} / {fmt(v.get('p95_ms'), 1)})")
             rows.append([r.name, *cells])
         lines += ["", title, ""]
-        lines += _table(["engine", *phases], rows)
+        lines += md_table(["engine", *phases], rows)
     lines += ["", "## Write-path quality (multi-hop evidence pairs) and router", ""]
     rows = []
     for r in engines:
@@ -223,11 +223,11 @@ def _costs(results: list[SystemResult]) -> list[str]:
         recall = wq.get("candidate_recall", {})
         rows.append([
             r.name, str(wq.get("pairs", 0)),
-            ", ".join(f"{c} {_f(v)}" for c, v in recall.items()) or "-",
-            _f(wq.get("edge_recall_any")), _f(wq.get("edge_recall_inferred")),
-            _f(ro.get("auroc_temporal_cat2")), _f(ro.get("auroc_multi_hop_cat1")),
+            ", ".join(f"{c} {fmt(v)}" for c, v in recall.items()) or "-",
+            fmt(wq.get("edge_recall_any")), fmt(wq.get("edge_recall_inferred")),
+            fmt(ro.get("auroc_temporal_cat2")), fmt(ro.get("auroc_multi_hop_cat1")),
         ])
-    lines += _table(["engine", "pairs", "candidate recall", "edge recall (any)", "edge recall (inferred)",
+    lines += md_table(["engine", "pairs", "candidate recall", "edge recall (any)", "edge recall (inferred)",
                      "AUROC temporal (cat 2)", "AUROC multi_hop (cat 1)"], rows)
     return lines
 
