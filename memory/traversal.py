@@ -40,23 +40,25 @@ class Candidate:
         return max(self.relevant or 0.0, self.bridge or 0.0)
 
 
-def hybrid_ranking(store: Store, embedding: np.ndarray, text: str, depth: int,
-                   config: EngineConfig) -> tuple[list[str], dict[str, float], dict[str, tuple[int, str]]]:
+def hybrid_ranking(store: Store, embedding: np.ndarray, text: str, depth: int, config: EngineConfig, *,
+                   nodes: dict[str, Node] | None = None) -> tuple[list[str], dict[str, float], dict[str, tuple[int, str]]]:
     """Ids by fused score, best first (`candidates.fuse` of BM25 weight 1 and vector `dense_weight`, k =
     seed_rrf_k, lists `depth` deep, with `context_weight` the two `context_lists` at that weight times theirs, and
     with `named_speaker_weight` the `speaker_list` of that fusion at that weight; ties by best rank, then id), the
-    scores normalised to (0, 1], and each id's best (rank, list name)."""
+    scores normalised to (0, 1], and each id's best (rank, list name). `nodes`, when given, is a read-through cache
+    of the memories read on the way (the caller can reuse them)."""
+    nodes = {} if nodes is None else nodes
     bm25 = store.text_search(text, depth)
     vector = store.vector_search(embedding, depth) if config.dense_weight > 0 else []
     lists = {"bm25": [i for i, _ in bm25], "vector": [i for i, _ in vector]}
     weights = {"bm25": 1.0, "vector": config.dense_weight}
     if config.context_weight > 0:
-        lists.update(context_lists(store, bm25, vector, config.context_depth))
+        lists.update(context_lists(store, bm25, vector, config.context_depth, nodes=nodes))
         weights.update({"bm25_context": config.context_weight, "vector_context": config.context_weight * config.dense_weight})
     score = fuse(lists, weights, config.seed_rrf_k)
     top = (1.0 + config.dense_weight) * (1.0 + config.context_weight)
     if config.named_speaker_weight > 0:
-        spoken = speaker_list(store, text, list(score)[: config.named_speaker_depth])
+        spoken = speaker_list(store, text, list(score)[: config.named_speaker_depth], nodes=nodes)
         if spoken:
             lists["speaker"] = spoken
             weights["speaker"] = config.named_speaker_weight
@@ -79,22 +81,31 @@ def named_speakers(text: str, speakers: Iterable[str]) -> set[str]:
     return {s for s in speakers if (name := _WORD.findall(s.lower())) and all(w in words for w in name)}
 
 
-def speaker_list(store: Store, text: str, head: Sequence[str]) -> list[str]:
+def speaker_list(store: Store, text: str, head: Sequence[str], *, nodes: dict[str, Node] | None = None) -> list[str]:
     """The memories of `head` (ids, best first) spoken by a speaker the query names, in `head`'s order; empty when
     it names none, or every speaker of the head (the list would only repeat the fusion)."""
-    nodes = {n.id: n for n in store.get_nodes(list(head))}
-    present = {n.speaker for n in nodes.values() if n.speaker}
+    found = read_nodes(store, head, nodes)
+    present = {n.speaker for n in found.values() if n.speaker}
     named = named_speakers(text, present)
     if not named or named == present:
         return []
-    return [i for i in head if i in nodes and nodes[i].speaker in named]
+    return [i for i in head if i in found and found[i].speaker in named]
+
+
+def read_nodes(store: Store, ids: Sequence[str], cache: dict[str, Node] | None = None) -> dict[str, Node]:
+    """The stored nodes among `ids`, in `ids`' order, reading only those not already in `cache` (which grows)."""
+    cache = {} if cache is None else cache
+    missing = [i for i in dict.fromkeys(ids) if i not in cache]
+    if missing:
+        cache.update((n.id, n) for n in store.get_nodes(missing))
+    return {i: cache[i] for i in dict.fromkeys(ids) if i in cache}
 
 
 def context_lists(store: Store, bm25: Sequence[tuple[str, float]], vector: Sequence[tuple[str, float]],
-                  depth: int) -> dict[str, list[str]]:
+                  depth: int, *, nodes: dict[str, Node] | None = None) -> dict[str, list[str]]:
     """The contextual lists of the seed fusion, `context_scores` best first (ties by id); a BM25 score of 0 is left
     out, and the vector list only exists when `vector` does."""
-    by_bm25, by_cosine = context_scores(store, bm25, vector, depth)
+    by_bm25, by_cosine = context_scores(store, bm25, vector, depth, nodes=nodes)
     lists = {"bm25_context": [i for i in sorted(by_bm25, key=lambda i: (-by_bm25[i], i)) if by_bm25[i] > 0]}
     if vector:
         lists["vector_context"] = sorted(by_cosine, key=lambda i: (-by_cosine[i], i))
@@ -102,16 +113,17 @@ def context_lists(store: Store, bm25: Sequence[tuple[str, float]], vector: Seque
 
 
 def context_scores(store: Store, bm25: Sequence[tuple[str, float]], vector: Sequence[tuple[str, float]],
-                   depth: int) -> tuple[dict[str, float], dict[str, float]]:
+                   depth: int, *, nodes: dict[str, Node] | None = None) -> tuple[dict[str, float], dict[str, float]]:
     """Each memory scored together with the memory before it on the same day (`previous_memory`): BM25 as the sum
     of the two scores, vector as the mean of the two cosines (a memory without one keeps its own). A reply ("5
     years already!", "It was Matt Patterson!") shares no words with a question about what it answers, while the
     turn it answers does. Computed for the top `depth` of each plain list and the memories that follow them; a
-    score beyond a plain list's depth counts as 0 (BM25) or as that list's last cosine."""
+    score beyond a plain list's depth counts as 0 (BM25) or as that list's last cosine. `nodes`: as in
+    `hybrid_ranking`."""
     bm = dict(bm25)
     cos = dict(vector)
     floor = min(cos.values(), default=0.0)
-    head = {n.id: n for n in store.get_nodes(list(dict.fromkeys([i for i, _ in bm25[:depth]] + [i for i, _ in vector[:depth]])))}
+    head = read_nodes(store, [i for i, _ in bm25[:depth]] + [i for i, _ in vector[:depth]], nodes)
     # `previous_memory` of every head memory, and the memories whose previous memory it is, from one edge lookup
     incoming: dict[str, list[str]] = {i: [] for i in head}
     outgoing: dict[str, list[str]] = {i: [] for i, n in head.items() if n.kind == "observation"}
@@ -121,7 +133,7 @@ def context_scores(store: Store, bm25: Sequence[tuple[str, float]], vector: Sequ
         if edge.src in outgoing:
             outgoing[edge.src].append(edge.dst)
     linked = {j for ids in (*incoming.values(), *outgoing.values()) for j in ids}
-    known = {**{n.id: n for n in store.get_nodes([j for j in linked if j not in head])}, **head}
+    known = {**read_nodes(store, [j for j in linked if j not in head], nodes), **head}
 
     before: dict[str, str | None] = {}
     for i, node in head.items():
@@ -136,17 +148,19 @@ def context_scores(store: Store, bm25: Sequence[tuple[str, float]], vector: Sequ
 
 
 def hybrid_seeds(store: Store, embedding: np.ndarray, query: str, config: EngineConfig) -> list[Candidate]:
-    """The fused pool, best first: RRF of BM25 (weight 1) and vector (weight `dense_weight`), k = seed_rrf_k, and
-    with `context_weight` the two `context_lists`.
+    """The fused pool, best first: RRF of BM25 (weight 1) and vector (weight `dense_weight`), k = seed_rrf_k, with
+    `context_weight` the two `context_lists` and with `named_speaker_weight` the `speaker_list` (`hybrid_ranking`);
+    the memories read on the way are read once.
 
     Each list is fused `seed_depth` deep, not just `seed_pool` deep. With the usual k = 60 the tail of a list
     still moves the head of the fusion (on the 6 LoCoMo dev conversations, fusing 50-deep lists cost 0.04
     R_frac@10 against fusing whole rankings); with a small k the head decides and the depth hardly matters
     (k = 10, equal weights: 0.661 / 0.663 / 0.667 at depth 50 / 100 / 1000, against 0.627 for k = 60, 0.5).
     """
-    order, score, best = hybrid_ranking(store, embedding, query, max(config.seed_depth, config.seed_pool), config)
+    nodes: dict[str, Node] = {}
+    order, score, best = hybrid_ranking(store, embedding, query, max(config.seed_depth, config.seed_pool), config, nodes=nodes)
     order = order[: config.seed_pool]
-    nodes = {n.id: n for n in store.get_nodes(order)}
+    nodes = read_nodes(store, order, nodes)
     return [Candidate(nodes[i], f"seed:{best[i][1]}", 0, score[i]) for i in order if i in nodes]
 
 
