@@ -28,9 +28,10 @@ test-all: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m controller.bench
 
-# The shipped controller: build data -> fit -> fit the relevance specialist -> calibrate -> evaluate -> export
-# (see training/pipeline.py). The two fits stop at their minute caps (26 + 22) if the machine is slower than
-# 2 cores at ~3 s per main step and ~1.9 s per specialist step, so the whole run stays under an hour.
+# The shipped controller: build data -> fit -> fit the relevance specialist -> fit the retrieval embedder (~3 min)
+# -> calibrate -> evaluate -> export (see training/pipeline.py). The two controller fits stop at their minute caps
+# (26 + 22) if the machine is slower than 2 cores at ~3 s per main step and ~1.9 s per specialist step, so the
+# whole run stays under an hour (55 min for the shipped model, plus the embedder's 3).
 # LoCoMo is read from LOCOMO (never bundled); TRAIN_ARGS adds flags, e.g. TRAIN_ARGS='--steps 300 --resume'.
 train: $(STAMP)
 	OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m training all \

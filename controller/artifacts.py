@@ -22,9 +22,6 @@ import json
 import logging
 import shutil
 import threading
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from controller.backend import ModelInfo
 from controller.calibration import Calibration, identity, load_calibration, save_calibration
 from controller.errors import ArtifactError
+from controller.adapters import quiet_peft
 from controller.states import StateConventions, read_states
 from controller.template import TEMPLATE_VERSION, template_config
 
@@ -265,14 +263,6 @@ def _weight_files(encoder: dict[str, Any]) -> list[str]:
     path = encoder["path"]
     weights = [f"{path}/adapter_config.json", f"{path}/adapter_model.safetensors"] if encoder.get("kind") == "lora" else [path]
     return [*weights, "heads.safetensors"]
-
-
-@contextmanager
-def quiet_peft() -> Iterator[None]:
-    # peft 0.21 still calls transformers' deprecated `is_gradient_checkpointing`; nothing we can act on.
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-        yield
 
 
 def _default_base() -> Path:

@@ -1,6 +1,13 @@
 """Sentence embeddings: a weight-free hashing embedder (tests, CI) and MiniLM mean pooling (real use).
 
-Both return L2-normalised float32 arrays of shape (n, dim); equal input gives bit-identical output.
+All return L2-normalised float32 arrays of shape (n, dim); equal input gives bit-identical output.
+
+    create_embedder("hashing")        # feature hashing, no weights
+    create_embedder("minilm")         # the installed base MiniLM
+    create_embedder("minilm-tuned")   # the base with the shipped retrieval adapter merged in (`training.embedder`)
+
+An adapted embedder's `name` carries a digest of its adapter files ("minilm-tuned:1a2b3c4d"): a store records the
+name, so vectors made by one adapter are never searched with another's (`jevmem reembed` converts a store).
 """
 
 from __future__ import annotations
@@ -15,13 +22,17 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-from controller.errors import BackendUnavailableError
+from controller.adapters import ADAPTER_FILES, adapter_digest, quiet_peft
+from controller.errors import ArtifactError, BackendUnavailableError
 from controller.lexical import tokenize
 
 log = logging.getLogger(__name__)
 
 Runtime = Literal["auto", "onnx", "torch"]
 RUNTIMES: tuple[str, ...] = ("auto", "onnx", "torch")
+EMBEDDERS: tuple[str, ...] = ("hashing", "minilm", "minilm-tuned")
+# The retrieval adapter `make train` fits (`training.embedder`) and the model directory ships.
+TUNED_ADAPTER_DIR = Path(__file__).resolve().parent / "models" / "jevmem-minilm" / "embedder"
 _AUTO_LOGGED = False
 
 
@@ -72,7 +83,9 @@ def base_model_path() -> Path:
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 mean pooling, normalised (the dense retriever of EVALUATION.md).
 
-    `model_path` defaults to the installed package; tests pass a tiny saved BERT instead.
+    `model_path` defaults to the installed package; tests pass a tiny saved BERT instead. `adapter`: a peft LoRA
+    directory (`training.embedder.fit_embedder`) merged into the base weights at load; the embedder is then named
+    `f"{name}:{adapter_digest(adapter)[:8]}"` (`name` defaults to "minilm-adapted").
     `runtime`: "torch" (transformers forward), "onnx" (one cached ONNX graph run by onnxruntime, see
     `controller.embedding_onnx`; checked against torch to 1e-4 when built) or "auto" (onnx when onnxruntime
     and onnx are installed, else torch). `threads=None` leaves the thread count to the runtime (all cores).
@@ -89,10 +102,17 @@ class MiniLMEmbedder:
         threads: int | None = None,
         runtime: Runtime = "auto",
         device: str | None = None,
+        adapter: str | Path | None = None,
+        name: str | None = None,
     ) -> None:
         if runtime not in RUNTIMES:
             raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
         self._path = Path(model_path) if model_path is not None else None
+        self._adapter = Path(adapter) if adapter is not None else None
+        if self._adapter is None:
+            self.name = name or "minilm"
+        else:
+            self.name = f"{name or 'minilm-adapted'}:{adapter_digest(self._adapter)[:8]}"
         self._batch_size = batch_size
         self._max_length = max_length
         self._threads = threads
@@ -123,6 +143,8 @@ class MiniLMEmbedder:
             torch.set_num_threads(self._threads)
         self._tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         model = AutoModel.from_pretrained(str(path), local_files_only=True)
+        if self._adapter is not None:
+            model = _merge_adapter(model, self._adapter)
         model.eval()
         self.dim = int(model.config.hidden_size)
         self._model = model
@@ -138,7 +160,8 @@ class MiniLMEmbedder:
             self._load_torch()
             return self._model
 
-        graph = ensure_graph(path, load_model, lambda texts: _normalise(self._embed_torch(texts)), max_length=self._max_length, threads=self._threads)
+        graph = ensure_graph(path, load_model, lambda texts: _normalise(self._embed_torch(texts)), max_length=self._max_length,
+                             threads=self._threads, adapter=self._adapter)
         self._model = self._tokenizer = None  # only needed to build the graph
         self._onnx = OnnxEncoder(graph, path, max_length=self._max_length, threads=self._threads, device=self._device)
         self.dim = self._onnx.dim
@@ -162,6 +185,17 @@ class MiniLMEmbedder:
         return mean_pool(hidden, enc["attention_mask"]).float().numpy()
 
 
+def _merge_adapter(model: Any, adapter: Path) -> Any:
+    """The base `BertModel` with the LoRA adapter at `adapter` merged into its weights."""
+    from peft import PeftModel
+
+    try:
+        with quiet_peft():
+            return PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    except Exception as error:  # peft's, safetensors' and torch's own types: a damaged or foreign adapter
+        raise ArtifactError(f"cannot apply the embedder adapter {adapter} to the base model: {error}") from error
+
+
 def mean_pool(hidden: Any, attention_mask: Any) -> Any:
     """Mean of the unmasked token states (torch tensors (B, T, H), (B, T) -> (B, H)); the ONNX graph pools the same way."""
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
@@ -181,11 +215,24 @@ def _resolve_runtime(runtime: Runtime) -> Literal["torch", "onnx"]:
 
 
 def create_embedder(name: str = "hashing", **options: Any) -> Embedder:
-    if name == "hashing":
+    """The embedder called `name` (one of `EMBEDDERS`). A store's recorded name ("minilm-tuned:1a2b3c4d") selects
+    its family; the store itself then checks that the digest matches the installed adapter."""
+    family = name.split(":", 1)[0]
+    if family == "hashing" and family == name:
         return HashingEmbedder(**options)
-    if name == "minilm":
+    if family == "minilm" and family == name:
         return MiniLMEmbedder(**options)
-    raise ValueError(f"unknown embedder {name!r}; choose 'hashing' or 'minilm'")
+    if family == "minilm-tuned":
+        if not (TUNED_ADAPTER_DIR / ADAPTER_FILES[1]).exists():
+            raise ArtifactError(f"no retrieval adapter at {TUNED_ADAPTER_DIR}: run `make train` (its fit_embedder stage)")
+        return MiniLMEmbedder(adapter=TUNED_ADAPTER_DIR, name="minilm-tuned", **options)
+    raise ValueError(f"unknown embedder {name!r}; choose one of {', '.join(EMBEDDERS)}")
+
+
+def is_minilm(embedder: Embedder | str) -> bool:
+    """True for the base MiniLM and every adapted one (their names start "minilm")."""
+    name = embedder if isinstance(embedder, str) else getattr(embedder, "name", "")
+    return name.split(":", 1)[0].startswith("minilm")
 
 
 def _normalise(x: np.ndarray) -> np.ndarray:

@@ -33,7 +33,7 @@ import numpy as np
 from controller import families
 from controller import heuristic_text as ht
 from controller.backend import BackendRequest, BackendResult, ModelInfo
-from controller.embedding import Embedder, HashingEmbedder, MiniLMEmbedder
+from controller.embedding import Embedder, HashingEmbedder, MiniLMEmbedder, is_minilm
 from controller.errors import BackendUnavailableError, InputTooLongError
 from controller.heuristic_read import relevance_logit, routing_logit, stopping_logit
 from controller.heuristic_write import (
@@ -69,7 +69,7 @@ _RULES: dict[str, tuple[tuple[str, ...], NoulRule, dict[str, ChoiceRule]]] = {
     "relevance": (("query", "memory"), relevance_logit, {}),
     "stopping": (("query", "evidence"), stopping_logit, {}),
 }
-# Cosine of two unrelated texts is about 0 for the hashing embedder and about this for MiniLM.
+# Cosine of two unrelated texts is about 0 for the hashing embedder and about this for MiniLM (base or adapted).
 _COSINE_FLOOR = {"hashing": 0.0, "minilm": 0.1}
 
 
@@ -93,7 +93,7 @@ class HeuristicBackend:
                 raise ValueError(f"unknown embedder {embedder!r}; choose 'hashing', 'minilm' or pass an Embedder")
         self._embedder: Embedder = embedder
         name = getattr(embedder, "name", "")
-        self._floor = cosine_floor if cosine_floor is not None else _COSINE_FLOOR.get(name, 0.0)
+        self._floor = cosine_floor if cosine_floor is not None else _COSINE_FLOOR["minilm" if is_minilm(name) else "hashing"]
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()

@@ -1,11 +1,12 @@
 """The `jevmem` command line (also `python -m serving`):
 
     jevmem ingest --db PATH (--jsonl FILE | --locomo FILE [--conversation ID]) [--controller heuristic|local]
-                  [--embedder hashing|minilm] [--config PRESET|FILE.json]
+                  [--embedder hashing|minilm|minilm-tuned] [--config PRESET|FILE.json]
     jevmem query  --db PATH "text" [--k 10] [--answer] [--json]
     jevmem show   --db PATH NODE_ID
     jevmem relink --db PATH
     jevmem stats  --db PATH [--json]
+    jevmem reembed --db PATH --embedder NAME [--force]   (convert a store to another embedder)
     jevmem eval locomo --data PATH [--audit PATH] [--conversations conv-26 ...] [--controller heuristic local]
                   [--systems bm25,dense,rrf,jevmem-heuristic] [--out DIR] ...
     jevmem eval sweep  --data PATH [--audit PATH] [--conversations ...] [--controller heuristic|local]
@@ -203,6 +204,23 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reembed(args: argparse.Namespace) -> int:
+    from controller.embedding import create_embedder
+    from memory.reembed import reembed
+
+    db = Path(args.db)
+    if not db.is_file():
+        raise UsageError(f"no memory store at {db}")
+    result = reembed(db, create_embedder(args.embedder), batch_size=args.batch_size, force=args.force)
+    if args.json:
+        _dump(result)
+    elif result.changed:
+        print(f"re-embedded {result.nodes} nodes of {db}: {result.before or 'unrecorded'} -> {result.after} ({result.seconds:.1f} s)")
+    else:
+        print(f"{db} is already embedded with {result.after} ({result.nodes} nodes); nothing to do (--force re-embeds)")
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from memory.evaluation import EvalConfig, run_locomo, to_markdown, write_report
 
@@ -293,6 +311,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
+    from controller.embedding import EMBEDDERS
+
     parser = argparse.ArgumentParser(prog="jevmem", description="Jev-Mem: offline agent memory with a local System One controller.")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -300,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     def engine_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("--db", required=True, help="the SQLite memory store")
         p.add_argument("--controller", default="heuristic", help="controller backend: heuristic (default) or local")
-        p.add_argument("--embedder", choices=("hashing", "minilm"), default=None,
+        p.add_argument("--embedder", choices=EMBEDDERS, default=None,
                        help="embedder (default: the one the store was built with, else hashing)")
         p.add_argument("--config", default=None, help="engine preset (default, fast, thorough) or a JSON config file")
         p.add_argument("--no-spin", action="store_true",
@@ -336,6 +356,14 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--json", action="store_true")
         p.set_defaults(func=func)
 
+    p = sub.add_parser("reembed", help="convert a store to another embedder (every node embedded again)")
+    p.add_argument("--db", required=True, help="SQLite store file")
+    p.add_argument("--embedder", required=True, choices=EMBEDDERS, help="the embedder to convert to")
+    p.add_argument("--batch-size", type=int, default=256, help="texts per embedding call")
+    p.add_argument("--force", action="store_true", help="re-embed even when the store already records this embedder")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_reembed)
+
     p = sub.add_parser("eval", help="benchmarks")
     bench = p.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
     def locomo_source(p: argparse.ArgumentParser) -> None:
@@ -349,8 +377,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--systems", help="comma list of bm25, dense, rrf, jevmem-<controller>")
     p.add_argument("--out", help="directory for report.json, questions.jsonl and report.md")
     p.add_argument("--k", type=int, default=20, help="items per question for every system (default 20)")
-    p.add_argument("--embedder", choices=("hashing", "minilm"), default="minilm", help="the engine's embedder")
-    p.add_argument("--baseline-embedder", choices=("hashing", "minilm"), default="minilm", help="the dense baseline's embedder")
+    p.add_argument("--embedder", choices=EMBEDDERS, default="minilm", help="the engine's embedder")
+    p.add_argument("--baseline-embedder", choices=EMBEDDERS, default="minilm", help="the dense baseline's embedder")
     p.add_argument("--config", default=None, help="engine preset or JSON config file")
     p.add_argument("--store", choices=("memory", "sqlite"), default="memory", help="fresh store per conversation")
     p.add_argument("--date-style", default="locomo", help="date prefix of the baselines' turn texts")
@@ -376,7 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variants", required=True,
                    help='JSON object or file: variant name -> read-path overrides, e.g. {"as is": {}, "w2": {"relevance_weight": 2}}')
     p.add_argument("--k", type=int, default=20, help="items per question (default 20)")
-    p.add_argument("--embedder", choices=("hashing", "minilm"), default="minilm", help="the engine's embedder (cached on disk)")
+    p.add_argument("--embedder", choices=EMBEDDERS, default="minilm", help="the engine's embedder (cached on disk)")
     p.add_argument("--threads", type=int, default=1, help="torch / onnxruntime threads (default 1)")
     p.add_argument("--model-dir", default=None, help="the local controller's model directory (default: the committed model)")
     p.add_argument("--oracle-relevance", default="",
@@ -398,7 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=None)
     p.add_argument("--controller", default=None, help="controller backend name")
     p.add_argument("--db", default=None, help="SQLite memory store: mounts the memory API (JEVMEM_MEMORY_DB)")
-    p.add_argument("--embedder", default=None, choices=("hashing", "minilm"), help="the memory store's embedder (JEVMEM_EMBEDDER)")
+    p.add_argument("--embedder", default=None, choices=EMBEDDERS, help="the memory store's embedder (JEVMEM_EMBEDDER)")
     p.set_defaults(func=cmd_serve)
     return parser
 

@@ -29,9 +29,11 @@ def default_controller() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from controller.embedding import EMBEDDERS
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--controller", choices=("heuristic", "local"), default=None)
-    parser.add_argument("--embedder", choices=("minilm", "hashing"), default="minilm")
+    parser.add_argument("--embedder", choices=EMBEDDERS, default="minilm")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

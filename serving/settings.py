@@ -11,7 +11,7 @@
     JEVMEM_QUEUE_SIZE          queued requests before 429                           256
     JEVMEM_REQUEST_TIMEOUT_S   per-request deadline, from arrival (then 503)         8
     JEVMEM_MEMORY_DB           SQLite path of the memory engine; unset = no memory API
-    JEVMEM_EMBEDDER            memory embedder (hashing | minilm)                   hashing
+    JEVMEM_EMBEDDER            memory embedder (hashing | minilm | minilm-tuned)    hashing
     JEVMEM_TOKEN_BUDGET        max packed input tokens per request, checked before queueing
                                with the model's tokenizer; unset = the backend's own limit only
     JEVMEM_DRAIN_TIMEOUT_S     graceful shutdown: how long queued requests may finish  10
@@ -72,6 +72,10 @@ class Settings:
                 raise SettingsError(f"{name} must be a finite, non-negative number", field=name, value=value)
         if self.token_budget is not None and self.token_budget < 1:
             raise SettingsError("token_budget must be at least 1", field="token_budget", value=self.token_budget)
+        from controller.embedding import EMBEDDERS
+
+        if self.embedder.split(":", 1)[0] not in EMBEDDERS:
+            raise SettingsError(f"embedder must be one of {', '.join(EMBEDDERS)}", field="embedder", value=self.embedder)
 
     @property
     def effective_batch_size(self) -> int:

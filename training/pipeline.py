@@ -6,7 +6,8 @@
 Stages read and write files only, so each also runs alone (`python -m training fit|calibrate|evaluate|export`):
 data -> `run_dir/data/*.jsonl`; fit -> the model directory (adapter + heads + config, identity calibration)
 with checkpoints and loss logs under `run_dir`; fit_specialist -> the configured family's specialist under
-the model directory (or removes a stale one); calibrate -> `model_dir/calibration.json`; evaluate ->
+the model directory (or removes a stale one); fit_embedder -> the retrieval embedder's adapter under
+`model_dir/embedder` (`training.embedder`, LoCoMo train conversations only); calibrate -> `model_dir/calibration.json`; evaluate ->
 `run_dir/evaluation.json` + reliability diagrams; export -> `run_dir/model.onnx` + a parity check.
 After each stage `metrics.json` and `MODEL_CARD.md` in the model directory are rewritten from the records.
 """
@@ -27,7 +28,7 @@ from training.report import record_stage, write_json, write_report
 from training.trainer import FitConfig
 
 log = logging.getLogger(__name__)
-STAGES: tuple[str, ...] = ("build_data", "fit", "fit_specialist", "calibrate", "evaluate", "export")
+STAGES: tuple[str, ...] = ("build_data", "fit", "fit_specialist", "fit_embedder", "calibrate", "evaluate", "export")
 CALIBRATION_PRIORS: tuple[str, ...] = ("pooled", "fitted", "calibration")
 
 
@@ -223,6 +224,25 @@ def stage_fit_specialist(cfg: PipelineConfig, *, resume: bool = False) -> dict[s
                           base_path=cfg.base_path, resume=resume, progress=cfg.progress)
 
 
+def stage_fit_embedder(cfg: PipelineConfig) -> dict[str, Any]:
+    """Fit the retrieval embedder's LoRA adapter (`training.embedder`) on the LoCoMo train conversations (never
+    the dev or calibration ones) into `model_dir/embedder`, which `create_embedder("minilm-tuned")` loads. Without
+    a LoCoMo file there is nothing to fit on, and the model directory's adapter is left as it is."""
+    from data.locomo import load_locomo
+    from training.embedder import EMBEDDER_DIR, EmbedderFitConfig, fit_embedder, locomo_pairs
+
+    if not cfg.locomo:
+        return {"skipped": f"no LoCoMo file; {cfg.model / EMBEDDER_DIR} left as it was"}
+    held = {*cfg.dev_conversations, *cfg.calibration_conversations}
+    train = [c for c in load_locomo(cfg.locomo, audit=cfg.audit)
+             if c.sample_id not in held and (not cfg.train_conversations or c.sample_id in cfg.train_conversations)]
+    if not train:
+        raise PipelineError(f"{cfg.locomo} has no conversation outside the dev and calibration splits to fit the embedder on")
+    base = Path(cfg.base_path) if cfg.base_path else None
+    return fit_embedder(locomo_pairs(train), cfg.model / EMBEDDER_DIR, EmbedderFitConfig(), base=base,
+                        conversations=[c.sample_id for c in train])
+
+
 def load_specialists(cfg: PipelineConfig) -> dict[str, Any]:
     """The model directory's specialists by family, on the fit's device."""
     from controller.specialists import load_specialists as load
@@ -408,7 +428,7 @@ def stage_export(cfg: PipelineConfig) -> dict[str, Any]:
 
 
 _RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
-    "build_data": stage_build_data, "fit": stage_fit, "fit_specialist": stage_fit_specialist, "calibrate": stage_calibrate, "evaluate": stage_evaluate, "export": stage_export,
+    "build_data": stage_build_data, "fit": stage_fit, "fit_specialist": stage_fit_specialist, "fit_embedder": stage_fit_embedder, "calibrate": stage_calibrate, "evaluate": stage_evaluate, "export": stage_export,
 }
 
 

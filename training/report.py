@@ -88,6 +88,7 @@ def build_metrics(run_dir: str | Path, model_dir: str | Path) -> dict[str, Any]:
         "data": stages.get("build_data", {}),
         "fit": stages.get("fit", {}),
         "specialist": _specialist(stages, model),
+        "embedder": read_json(model / "embedder" / "embedder.json", {}),
         "calibration": {**stages.get("calibrate", {}), "temperatures": calibration.get("temperatures"),
                         "family_temperatures": calibration.get("family_temperatures"), "family_biases": calibration.get("family_biases"),
                         "fitted_on": calibration.get("fitted_on")},
@@ -183,6 +184,22 @@ def _specialist_lines(spec: dict[str, Any]) -> list[str]:
         f"questions all belong to the {spec['family']} family (in the catalogue's wording, or in other wording about a "
         f"{spec['family']} state) is answered by it; the held-out {spec['family']} figures below are its own, and the "
         "robustness and packed-vs-N-pair checks run each model on the families it serves.",
+    ]
+
+
+def _embedder_lines(emb: dict[str, Any]) -> list[str]:
+    """The retrieval embedder's adapter (`embedder/`, `training.embedder`), from its `embedder.json`."""
+    if not emb:
+        return []
+    config, losses = emb.get("config") or {}, emb.get("epoch_loss") or []
+    return [
+        f"- **retrieval embedder** (`embedder/`, the engine's `--embedder minilm-tuned`): a LoRA adapter (rank "
+        f"{config.get('lora_r')}, alpha {config.get('lora_alpha')}, on {', '.join(config.get('targets') or [])}) on the base "
+        f"MiniLM's mean-pooled embedding, fitted with in-batch negatives (cosine x {config.get('scale')}, a question's other "
+        f"gold turns masked) on {emb.get('pairs')} (question, gold turn) pairs of {', '.join(emb.get('conversations') or ['?'])}, "
+        f"{config.get('epochs')} epochs, batch {config.get('batch_size')}, lr {config.get('lr')}, seed {config.get('seed')}; "
+        f"mean loss per epoch {', '.join(f'{v:.3f}' for v in losses)}; {emb.get('seconds')} s. It is separate from the "
+        "controller: no calibration, no ONNX graph here (the engine builds and caches its own).",
     ]
 
 
@@ -312,6 +329,7 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         f"family-balanced sampling; AdamW, linear warmup/decay, gradient clipping{_listwise_text((fit.get('config') or {}))}.",
         f"- temperatures: {json.dumps(temps)}",
         *_specialist_lines(metrics.get("specialist") or {}),
+        *_embedder_lines(metrics.get("embedder") or {}),
         *([f"- Noul biases (Platt, cross-validated; `--no-calibration-bias` leaves them out): {json.dumps(metrics['calibration']['family_biases'])}"]
           if metrics.get("calibration", {}).get("family_biases") else []),
         *_prior_lines(metrics.get("calibration") or {}),
@@ -377,7 +395,7 @@ def write_report(run_dir: str | Path, model_dir: str | Path, command: str) -> di
 
 def _stage_times(seconds: dict[str, float]) -> str:
     """`build_data 46 s, fit 50.3 min, ...` in pipeline order (`not recorded` when empty)."""
-    order = ("build_data", "fit", "fit_specialist", "calibrate", "evaluate", "export")
+    order = ("build_data", "fit", "fit_specialist", "fit_embedder", "calibrate", "evaluate", "export")
     keys = [k for k in order if k in seconds] + sorted(set(seconds) - set(order))
     parts = [f"{k} {seconds[k] / 60:.1f} min" if seconds[k] >= 600 else f"{k} {seconds[k]:.0f} s" for k in keys]
     return (", ".join(parts) + f"; {sum(seconds.values()) / 60:.1f} min in all") if parts else "not recorded"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from controller.embedding import Embedder
+from controller.embedding import Embedder, is_minilm
 from controller.errors import BackendUnavailableError
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ def text_key(text: str) -> str:
 def model_key(embedder: Embedder) -> str:
     """A file-safe name for the embedder; MiniLM is keyed by its weight file's size and mtime too."""
     parts = [getattr(embedder, "name", type(embedder).__name__), str(getattr(embedder, "dim", ""))]
-    if parts[0] == "minilm":
+    if is_minilm(parts[0]):
         try:
             from controller.embedding import base_model_path
 

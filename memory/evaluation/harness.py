@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.client import SystemOneClient
-from controller.embedding import Embedder, create_embedder
+from controller.embedding import Embedder, create_embedder, is_minilm
 from controller.errors import ControllerError
 from data.locomo import Conversation, Question
 from memory.config import EngineConfig, preset
@@ -299,7 +299,7 @@ def _embedder(name: str, cache: bool, threads: int) -> Embedder:
     """One embedder per (name, cache) for the whole process: MiniLM loads once."""
     key = (name, cache)
     if key not in _EMBEDDERS:
-        inner = create_embedder(name, threads=threads) if name == "minilm" else create_embedder(name)
+        inner = create_embedder(name, threads=threads) if is_minilm(name) else create_embedder(name)
         _EMBEDDERS[key] = CachedEmbedder(inner) if cache and name != "hashing" else inner
     return _EMBEDDERS[key]
 

@@ -431,6 +431,24 @@ class SQLiteStore:
             self._vectors.reset(np.array([r[0] for r in rows], dtype=np.int64), matrix)
             self._indexed_generation = generation
 
+    def replace_embeddings(self, seqs: Sequence[int], matrix: np.ndarray, embedder: str) -> None:
+        """Store `matrix[i]` as node `seqs[i]`'s embedding for every node, record `embedder` as the store's
+        embedder and rebuild the faiss index: one transaction, so a crash leaves the old vectors and name.
+        `seqs` must cover every node (a store never mixes two embedders' vectors)."""
+        vectors = np.stack([as_embedding(v, self.dim) for v in matrix]) if len(matrix) else np.zeros((0, self.dim), np.float32)
+        with self._lock:  # no search sees the new rows with the old index
+            with self.transaction():
+                stored = {int(r[0]) for page in maintenance.pages(self._conn, "SELECT seq FROM nodes") for r in page}
+                if stored != {int(s) for s in seqs} or len(seqs) != len(vectors):
+                    raise StoreError(f"replace_embeddings needs one vector per node: {len(stored)} nodes, "
+                                     f"{len(set(seqs))} seqs, {len(vectors)} vectors")
+                self._conn.executemany("UPDATE nodes SET embedding = ? WHERE seq = ?",
+                                       ((v.tobytes(), int(s)) for s, v in zip(seqs, vectors, strict=True)))
+                schema.set_embedder(self._conn, embedder)
+                self._bump_generation()
+            self.embedder = embedder
+            self.rebuild_vectors()
+
     def close(self) -> None:
         """Save the vector index (when persisted) and close the connection. Safe to call twice.
 

@@ -129,10 +129,16 @@ def check_meta(conn: sqlite3.Connection, path: Path, dim: int, embedder: str | N
         raise StoreConfigError(f"store {path} holds {stored_dim}-d vectors, not {dim}", dim, stored_dim)
     stored = _meta(conn, "embedder")
     if embedder is not None and stored is not None and stored != embedder:
-        raise StoreConfigError(f"store {path} was embedded with {stored!r}, not {embedder!r}", embedder, stored)
+        raise StoreConfigError(f"store {path} was embedded with {stored!r}, not {embedder!r}; open it with its own "
+                               f"embedder, or convert it: jevmem reembed --db {path} --embedder NAME", embedder, stored)
     if embedder is not None and stored is None:
         _set_meta(conn, "embedder", embedder)
     return embedder if stored is None else stored
+
+
+def set_embedder(conn: sqlite3.Connection, embedder: str) -> None:
+    """Record `embedder` as the model of every stored vector (`SQLiteStore.replace_embeddings` only)."""
+    _set_meta(conn, "embedder", embedder)
 
 
 def analyzer(conn: sqlite3.Connection) -> str | None:

@@ -46,6 +46,7 @@ def test_settings_from_env_in_one_place() -> None:
         ({"JEVMEM_MAX_BATCH_SIZE": "0"}, "max_batch_size"),
         ({"JEVMEM_REQUEST_TIMEOUT_S": "nan"}, "request_timeout_s"),
         ({"JEVMEM_API_KEY": "has space"}, "api_key"),
+        ({"JEVMEM_EMBEDDER": "bert"}, "embedder"),
     ],
 )
 def test_bad_settings_name_the_field(env: dict[str, str], field: str) -> None:

@@ -74,3 +74,45 @@ def test_the_command_fits_on_the_named_conversations(tiny_base: Path, tmp_path: 
     capsys.readouterr()
     assert main([*args[:6], "conv-99", *args[7:]]) == 2
     assert "conv-99" in capsys.readouterr().err
+
+
+def test_the_pipeline_stage_fits_on_the_train_conversations_only(tiny_base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from training import embedder as module
+    from training import pipeline
+    from training.errors import PipelineError
+
+    data, audit = write_locomo(tmp_path)
+    seen: list[list[str]] = []
+    real = module.fit_embedder
+
+    def small_fit(pairs, out_dir, config, *, base, conversations):  # type: ignore[no-untyped-def]
+        seen.append(list(conversations))
+        return real(pairs, out_dir, EmbedderFitConfig(lora_r=2, lora_alpha=4, epochs=1, batch_size=4), base=base, conversations=conversations)
+
+    monkeypatch.setattr(module, "fit_embedder", small_fit)
+    cfg = pipeline.PipelineConfig(run_dir=str(tmp_path / "run"), model_dir=str(tmp_path / "model"), base_path=str(tiny_base),
+                                  locomo=str(data), audit=str(audit), dev_conversations=("conv-30",), calibration_conversations=())
+    summary = pipeline.stage_fit_embedder(cfg)
+    assert seen == [["conv-26"]] and summary["conversations"] == ["conv-26"]
+    assert json.loads((tmp_path / "model" / "embedder" / SUMMARY_FILE).read_text())["conversations"] == ["conv-26"]
+    assert "adapter_model.safetensors" in {p.name for p in (tmp_path / "model" / "embedder").iterdir()}
+    held_out = pipeline.PipelineConfig(run_dir=str(tmp_path / "run"), model_dir=str(tmp_path / "m2"), locomo=str(data), audit=str(audit))
+    with pytest.raises(PipelineError, match="outside the dev and calibration"):
+        pipeline.stage_fit_embedder(held_out)  # conv-26 and conv-30 are the default dev pair: nothing to fit on
+    skipped = pipeline.stage_fit_embedder(pipeline.PipelineConfig(run_dir=str(tmp_path / "run"), model_dir=str(tmp_path / "m3")))
+    assert "skipped" in skipped and not (tmp_path / "m3").exists()
+
+
+def test_the_model_card_describes_the_embedder() -> None:
+    from training.report import _embedder_lines
+
+    emb = {"config": asdict_config(), "conversations": ["conv-41"], "pairs": 5, "epoch_loss": [0.9, 0.5], "seconds": 1.0}
+    (line,) = _embedder_lines(emb)
+    assert "rank 16" in line and "5 (question, gold turn) pairs of conv-41" in line and "0.900, 0.500" in line
+    assert _embedder_lines({}) == []
+
+
+def asdict_config() -> dict:
+    from dataclasses import asdict
+
+    return asdict(EmbedderFitConfig())
