@@ -377,7 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--systems", help="comma list of bm25, dense, rrf, jevmem-<controller>")
     p.add_argument("--out", help="directory for report.json, questions.jsonl and report.md")
     p.add_argument("--k", type=int, default=20, help="items per question for every system (default 20)")
-    p.add_argument("--embedder", choices=EMBEDDERS, default="minilm", help="the engine's embedder")
+    p.add_argument("--embedder", choices=EMBEDDERS, default="minilm-tuned", help="the engine's embedder")
     p.add_argument("--baseline-embedder", choices=EMBEDDERS, default="minilm", help="the dense baseline's embedder")
     p.add_argument("--config", default=None, help="engine preset or JSON config file")
     p.add_argument("--store", choices=("memory", "sqlite"), default="memory", help="fresh store per conversation")
@@ -404,7 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variants", required=True,
                    help='JSON object or file: variant name -> read-path overrides, e.g. {"as is": {}, "w2": {"relevance_weight": 2}}')
     p.add_argument("--k", type=int, default=20, help="items per question (default 20)")
-    p.add_argument("--embedder", choices=EMBEDDERS, default="minilm", help="the engine's embedder (cached on disk)")
+    p.add_argument("--embedder", choices=EMBEDDERS, default="minilm-tuned", help="the engine's embedder (cached on disk)")
     p.add_argument("--threads", type=int, default=1, help="torch / onnxruntime threads (default 1)")
     p.add_argument("--model-dir", default=None, help="the local controller's model directory (default: the committed model)")
     p.add_argument("--oracle-relevance", default="",

@@ -1,7 +1,7 @@
 """`make demo`: ingest the bundled sample conversation, then answer a few queries showing route, evidence
 and trace. Uses the shipped trained controller when the repo has one, else the heuristic one (said loudly).
 
-    python -m serving.demo [--controller heuristic|local] [--embedder minilm|hashing]
+    python -m serving.demo [--controller heuristic|local] [--embedder minilm-tuned|minilm|hashing]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--controller", choices=("heuristic", "local"), default=None)
-    parser.add_argument("--embedder", choices=EMBEDDERS, default="minilm")
+    parser.add_argument("--embedder", choices=EMBEDDERS, default="minilm-tuned")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

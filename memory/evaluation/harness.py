@@ -48,7 +48,8 @@ class EvalConfig:
     systems: tuple[str, ...] = ("bm25", "dense", "rrf", "jevmem-heuristic")
     date_style: str = flat.REFERENCE_DATE_STYLE  # the baselines' "[date]" prefix
     baseline_embedder: str = "minilm"  # dense baseline ("hashing" for quick, weight-free runs)
-    engine_embedder: str = "minilm"  # the engine's embedder
+    # the engine's embedder: the adapted retrieval embedder since session 28 (README row "the retrieval embedder shipped")
+    engine_embedder: str = "minilm-tuned"
     engine_config: str | None = None  # preset name or JSON file of an EngineConfig (None: defaults)
     store: str = "memory"  # fresh store per conversation: "memory" or "sqlite" (in a temporary directory)
     query_k: int = 20  # items asked of every system per question

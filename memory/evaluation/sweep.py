@@ -243,7 +243,7 @@ def sweep_locomo(
     *,
     controller: str = "heuristic",
     config: str | None = None,
-    embedder: str = "minilm",
+    embedder: str = "minilm-tuned",
     threads: int = 1,
     model_dir: str | None = None,
     query_k: int = 20,
