@@ -12,6 +12,8 @@
     jevmem eval sweep  --data PATH [--audit PATH] [--conversations ...] [--controller heuristic|local]
                   [--config PRESET|FILE.json] --variants '{"name": {read-path field: value}, ...}'
     jevmem eval compare RUN [RUN ...] --reference SYSTEM   (paired differences from saved `eval locomo --out` runs)
+    jevmem eval first-stage --data PATH [--audit PATH] [--conversations conv-44 ...] [--embedder NAME ...]
+                  [--adapter DIR ...] [--ks 10 30] [--config PRESET|FILE.json]   (seed-ranking recall per embedder)
     jevmem serve  [--host H] [--port P] [--controller NAME] [--db PATH [--embedder minilm]]
 
 JSONL input: one object per line with `content` (or `text`) and optional `observed_at`, `event_time` (ISO 8601),
@@ -204,6 +206,17 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _adapter_dir(args: argparse.Namespace) -> str | None:
+    """`--embedder-adapter DIR`, checked to hold an adapter (a usage error, not a traceback, when it does not)."""
+    folder = getattr(args, "embedder_adapter", None)
+    if folder is None:
+        return None
+    from controller.adapters import adapter_digest
+
+    adapter_digest(folder)  # ArtifactError (a user error) naming the missing file
+    return str(folder)
+
+
 def cmd_reembed(args: argparse.Namespace) -> int:
     from controller.embedding import create_embedder
     from memory.reembed import reembed
@@ -234,7 +247,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     convs = _eval_conversations(args)
     config = EvalConfig(
         systems=tuple(systems), date_style=args.date_style, baseline_embedder=args.baseline_embedder,
-        engine_embedder=args.embedder, engine_config=args.config, store=args.store, query_k=args.k,
+        engine_embedder=args.embedder, engine_adapter=_adapter_dir(args), engine_config=args.config, store=args.store, query_k=args.k,
         bootstrap_draws=args.bootstrap, seed=args.seed, write_quality=not args.no_write_quality, cache=not args.no_cache,
         engine_cache=args.engine_cache, threads=args.threads, max_turns=args.max_turns, model_dir=args.model_dir,
         spinning=not args.no_spin, reference_system=args.reference or "rrf",
@@ -268,7 +281,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             raise UsageError(f"--oracle-relevance: {error}") from error
     convs = _eval_conversations(args)
     result = sweep_locomo(convs, variants, controller=args.controller, config=args.config, embedder=args.embedder,
-                          threads=args.threads, model_dir=args.model_dir, query_k=args.k, oracle_levels=levels)
+                          adapter=_adapter_dir(args), threads=args.threads, model_dir=args.model_dir, query_k=args.k, oracle_levels=levels)
     print(f"{args.controller} controller, base config {args.config or 'default'}, conversations "
           f"{', '.join(c.sample_id for c in convs)}")
     print(sweep_table(result.scores, result.relevance_auroc if levels else None, cost=result))
@@ -285,6 +298,33 @@ def cmd_compare(args: argparse.Namespace) -> int:
     except CompareError as error:
         raise UsageError(str(error)) from error
     print(comparison_markdown(result))
+    return 0
+
+
+def cmd_first_stage(args: argparse.Namespace) -> int:
+    from controller.embedding import MiniLMEmbedder
+    from memory.evaluation.cache import CachedEmbedder
+    from memory.evaluation.first_stage import first_stage_recall, format_table
+    from memory.evaluation.harness import _embedder, _engine_config
+
+    if args.threads < 1:
+        raise UsageError(f"--threads must be >= 1, got {args.threads}")
+    for folder in args.adapter or ():
+        if not Path(folder).is_dir():
+            raise UsageError(f"--adapter {folder} is not a directory")
+    convs = _eval_conversations(args)
+    config = _engine_config(args.config)
+    embedders: dict[str, Any] = {name: _embedder(name, not args.no_cache, args.threads) for name in dict.fromkeys(args.embedder)}
+    for folder in dict.fromkeys(args.adapter or ()):
+        adapted = MiniLMEmbedder(adapter=folder, threads=args.threads)  # named "minilm-adapted:<digest8>"
+        embedders[f"adapter {folder}"] = adapted if args.no_cache else CachedEmbedder(adapted)
+    reports = {}
+    for label, embedder in embedders.items():
+        reports[label] = first_stage_recall(convs, embedder, ks=args.ks, config=config, progress=_eval_progress)
+        if isinstance(embedder, CachedEmbedder):
+            embedder.flush()
+    print(f"first-stage R_frac@k, conversations {', '.join(c.sample_id for c in convs)}, config {args.config or 'default'}")
+    print(format_table(reports))
     return 0
 
 
@@ -378,6 +418,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="directory for report.json, questions.jsonl and report.md")
     p.add_argument("--k", type=int, default=20, help="items per question for every system (default 20)")
     p.add_argument("--embedder", choices=EMBEDDERS, default="minilm-tuned", help="the engine's embedder")
+    p.add_argument("--embedder-adapter", default=None, metavar="DIR",
+                   help="the engine embeds with this LoRA retrieval adapter merged into the base MiniLM (instead of --embedder)")
     p.add_argument("--baseline-embedder", choices=EMBEDDERS, default="minilm", help="the dense baseline's embedder")
     p.add_argument("--config", default=None, help="engine preset or JSON config file")
     p.add_argument("--store", choices=("memory", "sqlite"), default="memory", help="fresh store per conversation")
@@ -405,6 +447,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help='JSON object or file: variant name -> read-path overrides, e.g. {"as is": {}, "w2": {"relevance_weight": 2}}')
     p.add_argument("--k", type=int, default=20, help="items per question (default 20)")
     p.add_argument("--embedder", choices=EMBEDDERS, default="minilm-tuned", help="the engine's embedder (cached on disk)")
+    p.add_argument("--embedder-adapter", default=None, metavar="DIR",
+                   help="the engine embeds with this LoRA retrieval adapter merged into the base MiniLM (instead of --embedder)")
     p.add_argument("--threads", type=int, default=1, help="torch / onnxruntime threads (default 1)")
     p.add_argument("--model-dir", default=None, help="the local controller's model directory (default: the committed model)")
     p.add_argument("--oracle-relevance", default="",
@@ -420,6 +464,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draws", type=int, default=1000, help="bootstrap draws (default 1000, as `eval locomo`)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0, as `eval locomo`)")
     p.set_defaults(func=cmd_compare)
+
+    p = bench.add_parser("first-stage", help="first-stage recall on LoCoMo per embedder: dense and fused seed rankings, no judge")
+    locomo_source(p)
+    p.add_argument("--embedder", nargs="+", choices=EMBEDDERS, default=["minilm", "minilm-tuned"],
+                   help="embedders, one row each (default: minilm minilm-tuned)")
+    p.add_argument("--adapter", nargs="+", action="extend", metavar="DIR",
+                   help="a MiniLM retrieval adapter directory (`training.embedder`): one more row each")
+    p.add_argument("--ks", nargs="+", type=int, default=[10, 30], help="recall cut-offs (default 10 30)")
+    p.add_argument("--config", default=None, help="engine preset or JSON config file (shapes the fused ranking)")
+    p.add_argument("--threads", type=int, default=1, help="torch / onnxruntime threads (default 1)")
+    p.add_argument("--no-cache", action="store_true", help="no on-disk embedding cache ($JEVMEM_CACHE)")
+    p.set_defaults(func=cmd_first_stage)
 
     p = sub.add_parser("serve", help="the HTTP server (TypeSafe wire protocol + memory API)")
     p.add_argument("--host", default=None)

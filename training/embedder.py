@@ -21,7 +21,7 @@ import argparse
 import json
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,10 +46,16 @@ class EmbedderFitConfig:
     max_query_tokens: int = 64
     max_memory_tokens: int = 128
     seed: int = 0
+    # Per pair and epoch, this many turns of the question's own conversation drawn from its BM25 top `mine_depth`
+    # (its gold turns left out) join the batch as extra negatives (0: in-batch negatives only).
+    hard_negatives: int = 0
+    mine_depth: int = 20
 
     def __post_init__(self) -> None:
-        if min(self.lora_r, self.epochs, self.batch_size, self.max_query_tokens, self.max_memory_tokens) < 1:
-            raise ValueError("lora_r, epochs, batch_size and the token limits must be >= 1")
+        if min(self.lora_r, self.epochs, self.batch_size, self.max_query_tokens, self.max_memory_tokens, self.mine_depth) < 1:
+            raise ValueError("lora_r, epochs, batch_size, mine_depth and the token limits must be >= 1")
+        if self.hard_negatives < 0:
+            raise ValueError("hard_negatives must be >= 0")
         if not (self.lr > 0 and self.scale > 0 and 0 <= self.lora_dropout < 1):
             raise ValueError("lr and scale must be > 0 and lora_dropout in [0, 1)")
 
@@ -68,8 +74,30 @@ def locomo_pairs(conversations: Sequence[Conversation]) -> list[tuple[str, str]]
     return out
 
 
-def batch_loss(model: Any, tokenizer: Any, batch: Sequence[tuple[str, str]], config: EmbedderFitConfig) -> Any:
-    """In-batch softmax cross-entropy of each question against every memory of the batch (its own is the target)."""
+def locomo_negatives(conversations: Sequence[Conversation], depth: int) -> dict[str, list[str]]:
+    """For each answerable question, the memory texts of its conversation's BM25 top `depth` turns (stemmed terms,
+    the store's analyzer) that are not among its gold turns: the pool its hard negatives are drawn from."""
+    from controller.lexical import BM25, index_tokens
+    from data.builders.locomo_retrieval import ANSWERABLE
+
+    out: dict[str, list[str]] = {}
+    for conv in conversations:
+        texts = [t.memory_text() for t in conv.turns]
+        position = {t.dia_id: i for i, t in enumerate(conv.turns)}
+        index = BM25(analyzer=index_tokens)
+        index.add_many(texts)
+        for q in conv.questions:
+            if q.category in ANSWERABLE:
+                gold = [position[d] for d in q.evidence if d in position]
+                mined = [texts[doc] for doc, _ in index.top(q.question, depth, exclude=gold)]
+                out.setdefault(q.question, []).extend(m for m in mined if m not in out.get(q.question, []))
+    return out
+
+
+def batch_loss(model: Any, tokenizer: Any, batch: Sequence[tuple[str, str]], config: EmbedderFitConfig,
+               negatives: Sequence[str] = (), gold: Mapping[str, set[str]] | None = None) -> Any:
+    """In-batch softmax cross-entropy of each question against every memory of the batch (its own is the target),
+    and against `negatives` when given (one of them is masked out for a question when it is among `gold[question]`)."""
     import torch
     import torch.nn.functional as F
 
@@ -80,15 +108,18 @@ def batch_loss(model: Any, tokenizer: Any, batch: Sequence[tuple[str, str]], con
         return F.normalize(mean_pool(model(**enc).last_hidden_state, enc["attention_mask"]), dim=-1)
 
     queries = embed([q for q, _ in batch], config.max_query_tokens)
-    memories = embed([m for _, m in batch], config.max_memory_tokens)
+    memories = embed([m for _, m in batch] + list(negatives), config.max_memory_tokens)
     logits = queries @ memories.T * config.scale
     n = len(batch)
-    same = torch.tensor([[i != j and batch[i][0] == batch[j][0] for j in range(n)] for i in range(n)])
-    return F.cross_entropy(logits.masked_fill(same, -1e4), torch.arange(n))
+    same = [[i != j and batch[i][0] == batch[j][0] for j in range(n)] for i in range(n)]
+    golds = gold or {}
+    mask = torch.tensor([row + [text in golds.get(batch[i][0], ()) for text in negatives] for i, row in enumerate(same)])
+    return F.cross_entropy(logits.masked_fill(mask, -1e4), torch.arange(n))
 
 
 def fit_embedder(pairs: Sequence[tuple[str, str]], out_dir: Path, config: EmbedderFitConfig = EmbedderFitConfig(),
-                 *, base: Path | None = None, conversations: Sequence[str] = ()) -> dict[str, Any]:
+                 *, base: Path | None = None, conversations: Sequence[str] = (),
+                 negatives: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
     """Fit the LoRA adapter on `pairs` and save it under `out_dir` (peft's adapter files and `embedder.json`: the
     recipe, the conversations the pairs came from, the pair count and the mean loss of each epoch). Seeded: the same pairs and config give the same
     adapter on the same machine (the command on conv-41..43 gave, byte for byte, the adapter of the README's probe)."""
@@ -101,6 +132,11 @@ def fit_embedder(pairs: Sequence[tuple[str, str]], out_dir: Path, config: Embedd
 
     if not pairs:
         raise ValueError("no (question, memory) pairs to fit on")
+    if config.hard_negatives and negatives is None:
+        raise ValueError("hard_negatives needs the mined pools (`locomo_negatives`)")
+    gold: dict[str, set[str]] = {}
+    for question, memory in pairs:
+        gold.setdefault(question, set()).add(memory)
     base_given, base = base, base or base_model_path()
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
@@ -118,7 +154,9 @@ def fit_embedder(pairs: Sequence[tuple[str, str]], out_dir: Path, config: Embedd
         rng.shuffle(order)
         total, steps = 0.0, 0
         for start in range(0, len(order), config.batch_size):
-            loss = batch_loss(model, tokenizer, order[start : start + config.batch_size], config)
+            batch = order[start : start + config.batch_size]
+            mined = _draw_negatives(batch, negatives or {}, config.hard_negatives, rng) if config.hard_negatives else []
+            loss = batch_loss(model, tokenizer, batch, config, mined, gold)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -136,6 +174,23 @@ def fit_embedder(pairs: Sequence[tuple[str, str]], out_dir: Path, config: Embedd
                "seconds": round(time.perf_counter() - started, 1)}
     (out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary
+
+
+def fit_on_conversations(conversations: Sequence[Conversation], out_dir: Path, config: EmbedderFitConfig = EmbedderFitConfig(),
+                         *, base: Path | None = None) -> dict[str, Any]:
+    """`fit_embedder` on the LoCoMo `conversations`' pairs (and hard-negative pools when the config draws them)."""
+    negatives = locomo_negatives(conversations, config.mine_depth) if config.hard_negatives else None
+    return fit_embedder(locomo_pairs(conversations), out_dir, config, base=base,
+                        conversations=[c.sample_id for c in conversations], negatives=negatives)
+
+
+def _draw_negatives(batch: Sequence[tuple[str, str]], pools: Mapping[str, Sequence[str]], n: int, rng: random.Random) -> list[str]:
+    """`n` texts per pair from its question's pool (fewer when the pool is smaller), each text once per batch."""
+    out: list[str] = []
+    for question, _ in batch:
+        pool = [m for m in pools.get(question, ()) if m not in out]
+        out += rng.sample(pool, min(n, len(pool)))
+    return out
 
 
 def _portable_base_name(config_file: Path, name: str) -> None:
@@ -156,7 +211,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", required=True, help="directory for the adapter and embedder.json")
     p.add_argument("--base", default=None, help="base model directory (default: the installed MiniLM package)")
     defaults = EmbedderFitConfig()
-    for name in ("lora_r", "epochs", "batch_size", "seed"):
+    for name in ("lora_r", "epochs", "batch_size", "seed", "hard_negatives", "mine_depth"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name))
     p.add_argument("--lr", type=float, default=defaults.lr)
     p.set_defaults(handler=run)
@@ -174,10 +229,10 @@ def run(args: argparse.Namespace) -> int:
         raise TrainingError(f"conversation(s) not in {args.locomo}: {', '.join(missing)}")
     try:
         config = EmbedderFitConfig(lora_r=args.lora_r, lora_alpha=2 * args.lora_r, epochs=args.epochs,
-                                   batch_size=args.batch_size, seed=args.seed, lr=args.lr)
+                                   batch_size=args.batch_size, seed=args.seed, lr=args.lr,
+                                   hard_negatives=args.hard_negatives, mine_depth=args.mine_depth)
     except ValueError as error:
         raise TrainingError(str(error)) from error
-    summary = fit_embedder(locomo_pairs(conversations), Path(args.out), config, base=Path(args.base) if args.base else None,
-                           conversations=[c.sample_id for c in conversations])
+    summary = fit_on_conversations(conversations, Path(args.out), config, base=Path(args.base) if args.base else None)
     print(json.dumps({"out": args.out, **summary}, indent=2))
     return 0

@@ -229,7 +229,7 @@ def stage_fit_embedder(cfg: PipelineConfig) -> dict[str, Any]:
     the dev or calibration ones) into `model_dir/embedder`, which `create_embedder("minilm-tuned")` loads. Without
     a LoCoMo file there is nothing to fit on, and the model directory's adapter is left as it is."""
     from data.locomo import load_locomo
-    from training.embedder import EMBEDDER_DIR, EmbedderFitConfig, fit_embedder, locomo_pairs
+    from training.embedder import EMBEDDER_DIR, EmbedderFitConfig, fit_on_conversations
 
     if not cfg.locomo:
         return {"skipped": f"no LoCoMo file; {cfg.model / EMBEDDER_DIR} left as it was"}
@@ -239,8 +239,7 @@ def stage_fit_embedder(cfg: PipelineConfig) -> dict[str, Any]:
     if not train:
         raise PipelineError(f"{cfg.locomo} has no conversation outside the dev and calibration splits to fit the embedder on")
     base = Path(cfg.base_path) if cfg.base_path else None
-    return fit_embedder(locomo_pairs(train), cfg.model / EMBEDDER_DIR, EmbedderFitConfig(), base=base,
-                        conversations=[c.sample_id for c in train])
+    return fit_on_conversations(train, cfg.model / EMBEDDER_DIR, EmbedderFitConfig(), base=base)
 
 
 def load_specialists(cfg: PipelineConfig) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.client import SystemOneClient
-from controller.embedding import Embedder, create_embedder, is_minilm
+from controller.embedding import Embedder, MiniLMEmbedder, create_embedder, is_minilm
 from controller.errors import ControllerError
 from data.locomo import Conversation, Question
 from memory.config import EngineConfig, preset
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 BASELINES: tuple[str, ...] = ("bm25", "dense", "rrf", "bm25-stemmed", "rrf-stemmed")
 _DENSE_BASELINES = frozenset({"dense", "rrf", "rrf-stemmed"})  # the baselines that rank with the embedder
-_EMBEDDERS: dict[tuple[str, bool], Embedder] = {}  # process-wide: MiniLM loads once
+_EMBEDDERS: dict[tuple[str, bool, str | None], Embedder] = {}  # process-wide: MiniLM loads once
 ENGINE_PREFIX = "jevmem-"
 Progress = Callable[[str, int], Callable[[], None]]  # (label, total) -> step callback
 
@@ -50,6 +50,7 @@ class EvalConfig:
     baseline_embedder: str = "minilm"  # dense baseline ("hashing" for quick, weight-free runs)
     # the engine's embedder: the adapted retrieval embedder since session 28 (README row "the retrieval embedder shipped")
     engine_embedder: str = "minilm-tuned"
+    engine_adapter: str | None = None  # a LoRA retrieval adapter directory merged into the base MiniLM instead
     engine_config: str | None = None  # preset name or JSON file of an EngineConfig (None: defaults)
     store: str = "memory"  # fresh store per conversation: "memory" or "sqlite" (in a temporary directory)
     query_k: int = 20  # items asked of every system per question
@@ -276,7 +277,7 @@ def run_locomo(
             if engine_factories and name in engine_factories:
                 factory = engine_factories[name]
             else:
-                emb = embedder or _embedder(config.engine_embedder, config.engine_cache, config.threads)
+                emb = embedder or _embedder(config.engine_embedder, config.engine_cache, config.threads, config.engine_adapter)
                 factory, close = _engine_factory(controller, config, emb)
             systems[name], _ = run_engine_system(name, conversations, config, factory, progress)
         except (ControllerError, MemoryEngineError, ImportError, OSError) as error:
@@ -296,11 +297,15 @@ def run_locomo(
 
 
 
-def _embedder(name: str, cache: bool, threads: int) -> Embedder:
-    """One embedder per (name, cache) for the whole process: MiniLM loads once."""
-    key = (name, cache)
+def _embedder(name: str, cache: bool, threads: int, adapter: str | None = None) -> Embedder:
+    """One embedder per (name, cache, adapter) for the whole process: MiniLM loads once. `adapter`: a LoRA
+    directory merged into the base MiniLM (`MiniLMEmbedder(adapter=...)`), in place of `name`."""
+    key = (name, cache, adapter)
     if key not in _EMBEDDERS:
-        inner = create_embedder(name, threads=threads) if is_minilm(name) else create_embedder(name)
+        if adapter is not None:
+            inner: Embedder = MiniLMEmbedder(adapter=adapter, threads=threads)
+        else:
+            inner = create_embedder(name, threads=threads) if is_minilm(name) else create_embedder(name)
         _EMBEDDERS[key] = CachedEmbedder(inner) if cache and name != "hashing" else inner
     return _EMBEDDERS[key]
 

@@ -244,6 +244,7 @@ def sweep_locomo(
     controller: str = "heuristic",
     config: str | None = None,
     embedder: str = "minilm-tuned",
+    adapter: str | None = None,
     threads: int = 1,
     model_dir: str | None = None,
     query_k: int = 20,
@@ -254,7 +255,7 @@ def sweep_locomo(
     options = {"threads": threads, "model_dir": model_dir} if controller == "local" else {}
     client = SystemOneClient(controller, **options)
     try:
-        return sweep(conversations, client, _embedder(embedder, True, threads), _engine_config(config), variants,
+        return sweep(conversations, client, _embedder(embedder, True, threads, adapter), _engine_config(config), variants,
                      query_k=query_k, oracle_levels=oracle_levels)
     finally:
         client.close()

@@ -154,6 +154,7 @@ def test_eval_locomo_writes_reports(tmp_path: Path, capsys: pytest.CaptureFixtur
         (["--systems", "bm25,graph"], "unknown system"),
         (["--conversations", "conv-99"], "not in"),
         (["--systems", "bm25", "--reference", "rrf"], "not among the systems run"),
+        (["--systems", "jevmem-heuristic", "--embedder-adapter", "no/such/adapter"], "lacks a readable adapter_config.json"),
     ],
 )
 def test_eval_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:

@@ -9,7 +9,15 @@ import pytest
 
 from data.locomo import load_locomo
 from tests.memory.eval_fixtures import write_locomo
-from training.embedder import SUMMARY_FILE, EmbedderFitConfig, batch_loss, fit_embedder, locomo_pairs
+from training.embedder import (
+    SUMMARY_FILE,
+    EmbedderFitConfig,
+    batch_loss,
+    fit_embedder,
+    fit_on_conversations,
+    locomo_negatives,
+    locomo_pairs,
+)
 
 PAIRS = [(f"Where did person {i} travel in {m}?", f"Person {i}: I went to city {i} in {m} and loved it.")
          for i in range(6) for m in ("May", "June")]
@@ -85,7 +93,7 @@ def test_the_pipeline_stage_fits_on_the_train_conversations_only(tiny_base: Path
     seen: list[list[str]] = []
     real = module.fit_embedder
 
-    def small_fit(pairs, out_dir, config, *, base, conversations):  # type: ignore[no-untyped-def]
+    def small_fit(pairs, out_dir, config, *, base, conversations, negatives):  # type: ignore[no-untyped-def]
         seen.append(list(conversations))
         return real(pairs, out_dir, EmbedderFitConfig(lora_r=2, lora_alpha=4, epochs=1, batch_size=4), base=base, conversations=conversations)
 
@@ -116,3 +124,48 @@ def asdict_config() -> dict:
     from dataclasses import asdict
 
     return asdict(EmbedderFitConfig())
+
+
+def test_hard_negative_pools_hold_top_bm25_turns_of_the_same_conversation_but_no_gold(tmp_path: Path) -> None:
+    data, audit = write_locomo(tmp_path)
+    conversations = load_locomo(data, audit=audit)
+    pools = locomo_negatives(conversations, depth=3)
+    for conv in conversations:
+        texts = {t.memory_text() for t in conv.turns}
+        gold_of = {t.dia_id: t.memory_text() for t in conv.turns}
+        for q in conv.questions:
+            if q.question in pools:
+                assert set(pools[q.question]) <= texts and len(pools[q.question]) <= 3
+                assert not {gold_of[d] for d in q.evidence if d in gold_of} & set(pools[q.question])
+    assert any(pools.values())
+
+
+def test_a_hard_negative_that_is_the_question_s_own_gold_is_masked(tiny_base: Path) -> None:
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    model = AutoModel.from_pretrained(str(tiny_base))
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_base))
+    model.eval()  # no dropout: the three losses differ only by their negatives
+    batch = [("q one?", "A: first answer")]  # one pair: its loss is 0 until a negative joins
+    config = EmbedderFitConfig()
+    with torch.no_grad():
+        plain = batch_loss(model, tokenizer, batch, config)
+        own = batch_loss(model, tokenizer, batch, config, ["A: second answer"], {"q one?": {"A: first answer", "A: second answer"}})
+        other = batch_loss(model, tokenizer, batch, config, ["C: unrelated words here"], {})
+    assert torch.isclose(own, plain, atol=1e-6)  # another gold of the question, masked: the same loss as without it
+    assert other > plain  # a real negative only adds to the softmax's denominator
+
+
+def test_the_fit_with_hard_negatives(tiny_base: Path, tmp_path: Path) -> None:
+    data, audit = write_locomo(tmp_path)
+    conversations = load_locomo(data, audit=audit)
+    config = EmbedderFitConfig(lora_r=2, lora_alpha=4, epochs=2, batch_size=4, hard_negatives=1, mine_depth=5)
+    with_negatives = fit_on_conversations(conversations, tmp_path / "hn", config, base=tiny_base)
+    without = fit_on_conversations(conversations, tmp_path / "plain", EmbedderFitConfig(lora_r=2, lora_alpha=4, epochs=2, batch_size=4), base=tiny_base)
+    assert with_negatives["config"]["hard_negatives"] == 1 and with_negatives["pairs"] == without["pairs"]
+    assert with_negatives["epoch_loss"] != without["epoch_loss"]
+    with pytest.raises(ValueError, match="mined pools"):
+        fit_embedder(PAIRS, tmp_path / "x", config, base=tiny_base)
+    with pytest.raises(ValueError, match="hard_negatives"):
+        EmbedderFitConfig(hard_negatives=-1)
