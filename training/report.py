@@ -192,11 +192,14 @@ def _embedder_lines(emb: dict[str, Any]) -> list[str]:
     if not emb:
         return []
     config, losses = emb.get("config") or {}, emb.get("epoch_loss") or []
+    hard = config.get("hard_negatives") or 0
+    mined = (f" and {hard} hard negative{'s' if hard > 1 else ''} per pair drawn from the BM25 top {config.get('mine_depth')} "
+             "turns of the question's own conversation") if hard else ""
     return [
         f"- **retrieval embedder** (`embedder/`, the engine's `--embedder minilm-tuned`): a LoRA adapter (rank "
         f"{config.get('lora_r')}, alpha {config.get('lora_alpha')}, on {', '.join(config.get('targets') or [])}) on the base "
-        f"MiniLM's mean-pooled embedding, fitted with in-batch negatives (cosine x {config.get('scale')}, a question's other "
-        f"gold turns masked) on {emb.get('pairs')} (question, gold turn) pairs of {', '.join(emb.get('conversations') or ['?'])}, "
+        f"MiniLM's mean-pooled embedding, fitted with in-batch negatives{mined} (cosine x {config.get('scale')}, a question's "
+        f"other gold turns masked) on {emb.get('pairs')} (question, gold turn) pairs of {', '.join(emb.get('conversations') or ['?'])}, "
         f"{config.get('epochs')} epochs, batch {config.get('batch_size')}, lr {config.get('lr')}, seed {config.get('seed')}; "
         f"mean loss per epoch {', '.join(f'{v:.3f}' for v in losses)}; {emb.get('seconds')} s. It is separate from the "
         "controller: no calibration, no ONNX graph here (the engine builds and caches its own).",

@@ -117,7 +117,9 @@ def test_the_model_card_describes_the_embedder() -> None:
     emb = {"config": asdict_config(), "conversations": ["conv-41"], "pairs": 5, "epoch_loss": [0.9, 0.5], "seconds": 1.0}
     (line,) = _embedder_lines(emb)
     assert "rank 16" in line and "5 (question, gold turn) pairs of conv-41" in line and "0.900, 0.500" in line
-    assert _embedder_lines({}) == []
+    assert _embedder_lines({}) == [] and "hard negative" not in line
+    (mined,) = _embedder_lines({**emb, "config": {**emb["config"], "hard_negatives": 1}})
+    assert "1 hard negative per pair drawn from the BM25 top 20 turns" in mined
 
 
 def asdict_config() -> dict:
