@@ -171,3 +171,13 @@ def test_the_fit_with_hard_negatives(tiny_base: Path, tmp_path: Path) -> None:
         fit_embedder(PAIRS, tmp_path / "x", config, base=tiny_base)
     with pytest.raises(ValueError, match="hard_negatives"):
         EmbedderFitConfig(hard_negatives=-1)
+
+
+def test_the_shipped_adapter_records_the_recipe_make_train_runs() -> None:
+    from dataclasses import asdict
+
+    from controller.embedding import TUNED_ADAPTER_DIR
+
+    shipped = json.loads((TUNED_ADAPTER_DIR / SUMMARY_FILE).read_text())
+    assert shipped["config"] == json.loads(json.dumps(asdict(EmbedderFitConfig())))
+    assert shipped["conversations"] == ["conv-41", "conv-42", "conv-43"]  # never the dev pair or conv-44
