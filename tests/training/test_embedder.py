@@ -56,7 +56,10 @@ def test_the_fit_learns_saves_the_adapter_and_is_seeded(tiny_base: Path, tmp_pat
     assert json.loads((tmp_path / "a" / SUMMARY_FILE).read_text())["config"]["lora_r"] == 4
     again = fit_embedder(PAIRS, tmp_path / "b", config, base=tiny_base)
     assert again["epoch_loss"] == summary["epoch_loss"]
-    assert (tmp_path / "a" / "adapter_model.safetensors").read_bytes() == (tmp_path / "b" / "adapter_model.safetensors").read_bytes()
+    for name in ("adapter_model.safetensors", "adapter_config.json"):  # the digest that names the embedder is stable
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    recorded = json.loads((tmp_path / "a" / "adapter_config.json").read_text())
+    assert recorded["target_modules"] == sorted(recorded["target_modules"]) and "/" not in recorded["base_model_name_or_path"]
 
 
 def test_bad_settings_and_no_pairs_are_refused(tiny_base: Path, tmp_path: Path) -> None:
