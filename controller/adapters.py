@@ -1,12 +1,14 @@
 """Small helpers shared by every loader of peft LoRA adapters (controller, specialists, retrieval embedder).
 
     with quiet_peft(): ...            # peft's known deprecation noise silenced
+    canonical_adapter_config(file)    # peft's adapter_config.json in a stable byte form
     adapter_digest(folder)            # blake2b of the adapter's config and weights
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +25,16 @@ def quiet_peft() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         yield
+
+
+def canonical_adapter_config(path: str | Path) -> None:
+    """Rewrite peft's adapter_config.json with sorted keys and a sorted `target_modules`: peft writes that set
+    in the process's hash-seed order, so two runs with bit-identical weights would otherwise differ in hash."""
+    p = Path(path)
+    data = json.loads(p.read_text(encoding="utf-8"))
+    if isinstance(data.get("target_modules"), list):
+        data["target_modules"] = sorted(data["target_modules"])
+    p.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def adapter_digest(adapter: str | Path) -> str:

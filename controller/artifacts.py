@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from controller.backend import ModelInfo
 from controller.calibration import Calibration, identity, load_calibration, save_calibration
 from controller.errors import ArtifactError
-from controller.adapters import quiet_peft
+from controller.adapters import canonical_adapter_config, quiet_peft
 from controller.states import StateConventions, read_states
 from controller.template import TEMPLATE_VERSION, template_config
 
@@ -136,16 +136,6 @@ def save_artifact(
     (out / "metrics.json").write_text(json.dumps(metrics or {}, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     (out / "MODEL_CARD.md").write_text(model_card or _default_card(config, digest), encoding="utf-8")
     return digest
-
-
-def canonical_adapter_config(path: str | Path) -> None:
-    """Rewrite peft's adapter_config.json with sorted keys and a sorted `target_modules`: peft writes that set
-    in the process's hash-seed order, so two runs with bit-identical weights would otherwise differ in hash."""
-    p = Path(path)
-    data = json.loads(p.read_text(encoding="utf-8"))
-    if isinstance(data.get("target_modules"), list):
-        data["target_modules"] = sorted(data["target_modules"])
-    p.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def artifact_hash(model_dir: str | Path) -> str:

@@ -195,13 +195,14 @@ def _draw_negatives(batch: Sequence[tuple[str, str]], pools: Mapping[str, Sequen
 
 def _portable_config(config_file: Path, name: str) -> None:
     """The same recipe must give the same bytes, since the adapter's digest names the embedder: peft records the
-    base model's absolute path (this machine's) and `target_modules` in set order (it varies between processes).
-    The file records `name` and the modules sorted."""
+    base model's absolute path (this machine's), so the file records `name`, in canonical form (sorted keys and
+    `target_modules`, which peft writes in the process's set order)."""
+    from controller.adapters import canonical_adapter_config
+
     config = json.loads(config_file.read_text(encoding="utf-8"))
     config["base_model_name_or_path"] = name
-    if isinstance(config.get("target_modules"), list):
-        config["target_modules"] = sorted(config["target_modules"])
-    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    config_file.write_text(json.dumps(config), encoding="utf-8")
+    canonical_adapter_config(config_file)
 
 
 def add_parser(sub: Any) -> None:
