@@ -109,10 +109,11 @@ class MiniLMEmbedder:
             raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
         self._path = Path(model_path) if model_path is not None else None
         self._adapter = Path(adapter) if adapter is not None else None
-        if self._adapter is None:
+        self._adapter_digest = adapter_digest(self._adapter) if self._adapter is not None else None
+        if self._adapter_digest is None:
             self.name = name or "minilm"
         else:
-            self.name = f"{name or 'minilm-adapted'}:{adapter_digest(self._adapter)[:8]}"
+            self.name = f"{name or 'minilm-adapted'}:{self._adapter_digest[:8]}"
         self._batch_size = batch_size
         self._max_length = max_length
         self._threads = threads
@@ -161,7 +162,7 @@ class MiniLMEmbedder:
             return self._model
 
         graph = ensure_graph(path, load_model, lambda texts: _normalise(self._embed_torch(texts)), max_length=self._max_length,
-                             threads=self._threads, adapter=self._adapter)
+                             threads=self._threads, adapter_digest=self._adapter_digest)
         self._model = self._tokenizer = None  # only needed to build the graph
         self._onnx = OnnxEncoder(graph, path, max_length=self._max_length, threads=self._threads, device=self._device)
         self.dim = self._onnx.dim
@@ -217,22 +218,26 @@ def _resolve_runtime(runtime: Runtime) -> Literal["torch", "onnx"]:
 def create_embedder(name: str = "hashing", **options: Any) -> Embedder:
     """The embedder called `name` (one of `EMBEDDERS`). A store's recorded name ("minilm-tuned:1a2b3c4d") selects
     its family; the store itself then checks that the digest matches the installed adapter."""
-    family = name.split(":", 1)[0]
-    if family == "hashing" and family == name:
+    if name == "hashing":
         return HashingEmbedder(**options)
-    if family == "minilm" and family == name:
+    if name == "minilm":
         return MiniLMEmbedder(**options)
-    if family == "minilm-tuned":
+    if embedder_family(name) == "minilm-tuned":
         if not (TUNED_ADAPTER_DIR / ADAPTER_FILES[1]).exists():
             raise ArtifactError(f"no retrieval adapter at {TUNED_ADAPTER_DIR}: run `make train` (its fit_embedder stage)")
         return MiniLMEmbedder(adapter=TUNED_ADAPTER_DIR, name="minilm-tuned", **options)
     raise ValueError(f"unknown embedder {name!r}; choose one of {', '.join(EMBEDDERS)}")
 
 
+def embedder_family(name: str) -> str:
+    """An embedder name without its adapter digest: "minilm-tuned:1a2b3c4d" -> "minilm-tuned"."""
+    return name.split(":", 1)[0]
+
+
 def is_minilm(embedder: Embedder | str) -> bool:
     """True for the base MiniLM and every adapted one (their names start "minilm")."""
     name = embedder if isinstance(embedder, str) else getattr(embedder, "name", "")
-    return name.split(":", 1)[0].startswith("minilm")
+    return embedder_family(name).startswith("minilm")
 
 
 def _normalise(x: np.ndarray) -> np.ndarray:

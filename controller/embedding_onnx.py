@@ -4,7 +4,7 @@ Graph: inputs `input_ids`, `attention_mask` (int64, dynamic axes `batch`, `seque
 (batch, hidden) float32, rows unit-norm. Built once per model with the legacy `torch.onnx.export`, checked
 against the torch path (`MiniLMEmbedder(runtime="torch")`) on fixed texts, then cached as
 `$JEVMEM_CACHE/onnx/embedder-<hash>-g<GRAPH_VERSION>.onnx`, hash = blake2b of config.json and the weights file
-(and, for an adapted embedder, of the adapter's digest: `controller.embedding.adapter_digest`).
+(and, for an adapted embedder, of the adapter's digest: `controller.adapters.adapter_digest`).
 A graph that fails parity raises `ParityError` and is never cached. Like the controller's graph it has a `.json`
 sidecar (full model hash, graph sha256; `controller.onnx_runtime.write_cached_record`): a truncated, damaged
 or foreign graph, or one without a sidecar, is rebuilt with a logged warning.
@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from controller.adapters import adapter_digest
 from controller.errors import ArtifactError, BackendUnavailableError, ParityError
 from controller.onnx_runtime import _tmp_path, cache_root, create_session, read_cached_record, remove_stale_temps, write_cached_record
 
@@ -54,7 +53,7 @@ PARITY_TEXTS = (
 _BUILD_LOCK = threading.Lock()
 
 
-def model_hash(model_dir: str | Path, adapter: str | Path | None = None) -> str:
+def model_hash(model_dir: str | Path, adapter_digest: str | None = None) -> str:
     """blake2b over config.json and the weights file (and the adapter's digest when one is merged in): names the
     cached graph of exactly these weights."""
     path = Path(model_dir)
@@ -66,13 +65,13 @@ def model_hash(model_dir: str | Path, adapter: str | Path | None = None) -> str:
         with open(file, "rb") as fh:
             while chunk := fh.read(1 << 20):
                 digest.update(chunk)
-    if adapter is not None:
-        digest.update(b"adapter:" + adapter_digest(adapter).encode())
+    if adapter_digest is not None:
+        digest.update(b"adapter:" + adapter_digest.encode())
     return digest.hexdigest()
 
 
-def graph_path(model_dir: str | Path, cache: Path | None = None, adapter: str | Path | None = None) -> Path:
-    return _graph_path(model_hash(model_dir, adapter), cache)
+def graph_path(model_dir: str | Path, cache: Path | None = None, adapter_digest: str | None = None) -> Path:
+    return _graph_path(model_hash(model_dir, adapter_digest), cache)
 
 
 def _graph_path(digest: str, cache: Path | None) -> Path:
@@ -147,15 +146,16 @@ def ensure_graph(
     threads: int | None = None,
     cache: Path | None = None,
     atol: float = DEFAULT_ATOL,
-    adapter: str | Path | None = None,
+    adapter_digest: str | None = None,
 ) -> Path:
     """The cached graph for the weights in `model_dir`, exported and parity-checked on first use.
 
     `load_model` returns the torch `BertModel` (called only when a graph must be built); `reference` embeds
-    texts on the torch path. Raises `ParityError` (graph not cached) when they disagree above `atol`. `adapter`: the
-    LoRA directory merged into the weights `load_model` returns (part of the cache key).
+    texts on the torch path. Raises `ParityError` (graph not cached) when they disagree above `atol`. `adapter_digest`:
+    that of the LoRA adapter merged into the weights `load_model` returns (`controller.adapters.adapter_digest`; part
+    of the cache key).
     """
-    digest = model_hash(model_dir, adapter)
+    digest = model_hash(model_dir, adapter_digest)
     path = _graph_path(digest, cache)
     with _BUILD_LOCK:
         remove_stale_temps(path)

@@ -19,7 +19,6 @@ import numpy as np
 
 from controller.embedding import Embedder
 from memory.store import SQLiteStore, StoreError
-from memory.store.sqlite_schema import stored_embedder
 
 
 @dataclass(frozen=True)
@@ -41,8 +40,8 @@ def reembed(path: str | Path, embedder: Embedder, *, batch_size: int = 256, forc
     if not path.is_file():
         raise StoreError(f"no memory store at {path}")
     started = time.perf_counter()
-    before = stored_embedder(path)
     with SQLiteStore(path, dim=embedder.dim, embedder=None) as store:
+        before = store.embedder  # opened without a name, the store reports the one it recorded
         nodes = store.count_nodes()
         if before == embedder.name and not force:
             return ReembedResult(str(path), nodes, before, embedder.name, round(time.perf_counter() - started, 3), False)

@@ -207,10 +207,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _adapter_dir(args: argparse.Namespace) -> str | None:
-    """`--embedder-adapter DIR`, checked to hold an adapter (a usage error, not a traceback, when it does not)."""
+    """`--embedder-adapter DIR`, checked (`_checked_adapter`)."""
     folder = getattr(args, "embedder_adapter", None)
-    if folder is None:
-        return None
+    return None if folder is None else _checked_adapter(folder)
+
+
+def _checked_adapter(folder: str) -> str:
+    """An adapter directory given on the command line, checked before any run: a usage error, not a traceback."""
     from controller.adapters import adapter_digest
 
     adapter_digest(folder)  # ArtifactError (a user error) naming the missing file
@@ -302,22 +305,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_first_stage(args: argparse.Namespace) -> int:
-    from controller.embedding import MiniLMEmbedder
     from memory.evaluation.cache import CachedEmbedder
     from memory.evaluation.first_stage import first_stage_recall, format_table
     from memory.evaluation.harness import _embedder, _engine_config
 
     if args.threads < 1:
         raise UsageError(f"--threads must be >= 1, got {args.threads}")
-    for folder in args.adapter or ():
-        if not Path(folder).is_dir():
-            raise UsageError(f"--adapter {folder} is not a directory")
+    adapters = [_checked_adapter(folder) for folder in dict.fromkeys(args.adapter or ())]
     convs = _eval_conversations(args)
     config = _engine_config(args.config)
     embedders: dict[str, Any] = {name: _embedder(name, not args.no_cache, args.threads) for name in dict.fromkeys(args.embedder)}
-    for folder in dict.fromkeys(args.adapter or ()):
-        adapted = MiniLMEmbedder(adapter=folder, threads=args.threads)  # named "minilm-adapted:<digest8>"
-        embedders[f"adapter {folder}"] = adapted if args.no_cache else CachedEmbedder(adapted)
+    for folder in adapters:  # named "minilm-adapted:<digest8>"
+        embedders[f"adapter {folder}"] = _embedder("minilm", not args.no_cache, args.threads, folder)
     reports = {}
     for label, embedder in embedders.items():
         reports[label] = first_stage_recall(convs, embedder, ks=args.ks, config=config, progress=_eval_progress)

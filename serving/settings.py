@@ -72,9 +72,9 @@ class Settings:
                 raise SettingsError(f"{name} must be a finite, non-negative number", field=name, value=value)
         if self.token_budget is not None and self.token_budget < 1:
             raise SettingsError("token_budget must be at least 1", field="token_budget", value=self.token_budget)
-        from controller.embedding import EMBEDDERS
+        from controller.embedding import EMBEDDERS, embedder_family
 
-        if self.embedder.split(":", 1)[0] not in EMBEDDERS:
+        if embedder_family(self.embedder) not in EMBEDDERS:
             raise SettingsError(f"embedder must be one of {', '.join(EMBEDDERS)}", field="embedder", value=self.embedder)
 
     @property

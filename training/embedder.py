@@ -89,8 +89,10 @@ def locomo_negatives(conversations: Sequence[Conversation], depth: int) -> dict[
         for q in conv.questions:
             if q.category in ANSWERABLE:
                 gold = [position[d] for d in q.evidence if d in position]
-                mined = [texts[doc] for doc, _ in index.top(q.question, depth, exclude=gold)]
-                out.setdefault(q.question, []).extend(m for m in mined if m not in out.get(q.question, []))
+                pool = out.setdefault(q.question, [])
+                for doc, _ in index.top(q.question, depth, exclude=gold):
+                    if texts[doc] not in pool:
+                        pool.append(texts[doc])
     return out
 
 
