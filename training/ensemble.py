@@ -3,7 +3,7 @@
     python -m training ensemble --data-dir DATA --model-dirs R0/model R1/model R2/model [--base DIR] [--out FILE] [--cosine]
 
 Each model (a directory's relevance specialist when it has one) judges the held-out LoCoMo relevance pairs of
-DATA (`dev.jsonl`); the table gives every model's AUROC by kind of negative (`training.relevance_report`) and that of the mean raw logit of all of them. It says how
+DATA (`dev.jsonl`, or `calibration.jsonl` with `--split calibration`); the table gives every model's AUROC by kind of negative (`training.relevance_report`) and that of the mean raw logit of all of them. It says how
 much of a recipe's shortfall is seed noise (averaging removes it) and how much is bias (averaging keeps it).
 With `--cosine`, each model's logit is also combined with the base bi-encoder's (query, memory) cosine by a
 logistic regression fitted on the calibration split (`training.fusion`). With `--served`, each directory also
@@ -62,9 +62,12 @@ def add_parser(sub: Any) -> None:
     from controller.embedding import EMBEDDERS
 
     p = sub.add_parser("ensemble", help="held-out LoCoMo relevance of several models and of their mean logit")
-    p.add_argument("--data-dir", required=True, help="decision data split files (reads dev.jsonl)")
+    p.add_argument("--data-dir", required=True, help="decision data split files (reads the --split file)")
     p.add_argument("--model-dirs", nargs="+", required=True, help="trained model directories (left unchanged)")
     p.add_argument("--base", default=None, help="base model directory the models were trained on (default: the installed package)")
+    p.add_argument("--split", choices=("dev", "calibration"), default="dev",
+                   help="the split whose LoCoMo relevance pairs are scored (calibration: conv-44, for choosing between recipes "
+                        "without looking at the dev pair)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default=None, help="write the table as JSON here")
     p.add_argument("--cosine", action="store_true",
@@ -94,10 +97,13 @@ def run(args: argparse.Namespace) -> int:
     if len(set(args.model_dirs)) != len(args.model_dirs):
         print("--model-dirs names a directory twice; each model is scored once and averaged once")
         return 2
-    examples = relevance("dev")
+    if args.split != "dev" and (args.cosine or args.served):
+        print("--cosine and --served score the dev split (--cosine fits on the calibration split)")
+        return 2
+    examples = relevance(args.split)
     calibration = relevance("calibration") if args.cosine else []
     if not examples or (args.cosine and not calibration):
-        print(f"no LoCoMo relevance examples in {args.data_dir}/dev.jsonl" + (" or calibration.jsonl" if args.cosine else ""))
+        print(f"no LoCoMo relevance examples in {args.data_dir}/{args.split}.jsonl" + (" or calibration.jsonl" if args.cosine else ""))
         return 2
     tokenizer = get_tokenizer(args.base)
     requests, _ = prepare_requests(examples, tokenizer)

@@ -103,3 +103,24 @@ def test_cli_ensemble_with_cosine_writes_both_tables(tiny_base, tiny_model, tmp_
     assert main(twice) == 2 and "twice" in capsys.readouterr().out
     (tmp_path / "data" / "calibration.jsonl").write_text("")
     assert main(args) == 2 and "calibration.jsonl" in capsys.readouterr().out
+
+
+def test_cli_ensemble_scores_the_calibration_split_on_request(tiny_base, tiny_model, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from controller.artifacts import save_artifact
+    from data.schema import write_splits
+    from training.__main__ import main
+
+    cal_examples, _ = _split("calibration", 1)
+    write_splits(tmp_path / "data", cal_examples)  # no dev pairs at all
+    save_artifact(tiny_model, tmp_path / "m", base_path=tiny_base)
+    args = ["ensemble", "--data-dir", str(tmp_path / "data"), "--model-dirs", str(tmp_path / "m"), "--base", str(tiny_base),
+            "--threads", "1"]
+    assert main(args) == 2 and "dev.jsonl" in capsys.readouterr().out
+    out = tmp_path / "table.json"
+    assert main([*args, "--split", "calibration", "--out", str(out)]) == 0
+    row = json.loads(out.read_text())[str(tmp_path / "m")]
+    assert row["all"] is not None and 0.0 <= row["all"] <= 1.0
+    assert main([*args, "--split", "calibration", "--cosine"]) == 2
+    assert "score the dev split" in capsys.readouterr().out
