@@ -111,7 +111,7 @@ def request_family(questions: Any, state: Any = None) -> str | None:
     of all `questions`; a question outside the catalogue (a paraphrase, a client's own wording) counts as the
     family whose state shape `state` has, when exactly one has it. Without that fallback a paraphrased
     relevance question reached the main model, which is not trained on relevance when a specialist is, and
-    answered at chance (LoCoMo dev, README)."""
+    answered at chance (LoCoMo dev, docs/EXPERIMENTS.md)."""
     families = set()
     for question in questions:
         key = calibration_key(question, state)  # `family.question`, or the state's family

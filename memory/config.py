@@ -57,7 +57,7 @@ class EngineConfig:
     # Seeds judged first. 20 beat 10 and 15 on the dev pair with the early controllers (30 and 50 no better on 6).
     # Session 25 (stemmed index, shipped controller), R_frac@10 on conv-44 for 20 / 30 / 40: 0.717 / 0.728 / 0.727;
     # 30 then on the dev pair 0.745 vs 0.741, multi-hop R_all@10 0.302 vs 0.279, at 1.4x the controller questions per
-    # query (README, "thirty seeds").
+    # query (docs/EXPERIMENTS.md, "thirty seeds").
     n_seeds: int = 30
     seed_pool: int = 50  # fused candidates kept; the pool also fills the ranking below the seeds
     seed_depth: int = 1000  # depth of each hybrid list before fusion
@@ -71,7 +71,7 @@ class EngineConfig:
     # heads of the plain lists (context_depth deep) and the memories after them are scored. 0 = off. A reply ("5 years
     # already!") is found through the turn it answers. Session 26, shipped controller, R_frac@10 at 0 / 0.5 / 1.0:
     # conv-44 (calibration only) 0.728 / 0.752 / 0.768; dev pair at 0 / 1.0, adopted by a rule fixed before that
-    # run: 0.745 / 0.814, multi-hop R_all@10 0.302 / 0.349 (README, "context seeds"). Depth 100 -> 50 (session 27):
+    # run: 0.745 / 0.814, multi-hop R_all@10 0.302 / 0.349 (docs/EXPERIMENTS.md, "context seeds"). Depth 100 -> 50 (session 27):
     # conv-44 rankings unchanged, dev pair 0.814 -> 0.817 with multi-hop unchanged, at about 0.6x the lists' cost.
     context_weight: float = 1.0
     context_depth: int = 50
@@ -101,7 +101,7 @@ class EngineConfig:
     # Relevance states carry "previous": the memory written just before the judged one on the same day (its
     # `temporal_next` predecessor), so a reply such as "Yes, twice!" is judged with what it answers
     # (`python -m training all --relevance-context`). With the recipe of 2026-11 the context moved neither dev
-    # relevance AUROC (0.790 both) nor R_frac@10 (0.703 against 0.708; README).
+    # relevance AUROC (0.790 both) nor R_frac@10 (0.703 against 0.708; docs/EXPERIMENTS.md).
     relevance_context: bool | None = None
     # Relevance states render the candidate with its date, `[8 May 2023] Speaker: text`, as pair and stopping
     # states do (`python -m training all --relevance-dated`).
@@ -110,7 +110,7 @@ class EngineConfig:
     seed_weight: float = 1.0
     # centre = the mean p_relevant of the query's judged candidates (center_relevance), else 0.5. A calibrated
     # controller answers near its low base rate, so a 0.5 centre pushes judged seeds below the unjudged pool.
-    # R_frac@10, `jevmem eval sweep` with the variants of README "Where it stands" (weight 0.35 / 1.0 / 2.0 / 3.0):
+    # R_frac@10, `jevmem eval sweep` (docs/EXPERIMENTS.md, "relevance weight and centre"; weight 0.35 / 1.0 / 2.0 / 3.0):
     #   shipped controller, conv-44 (calibration only):  0.5-centred 0.647 / 0.486;  centred 0.657 / 0.682 / 0.692 / 0.687
     #   shipped controller, dev pair conv-26 + conv-30:  0.5-centred 0.679 / 0.575;  centred 0.685 / 0.683 / 0.656 / 0.644
     #   heuristic controller, dev pair:                  0.5-centred 0.645 / 0.627;  centred 0.645 / 0.638 / 0.629 / 0.629
@@ -123,7 +123,7 @@ class EngineConfig:
     # artifact +0.022, heuristic -0.007), short of the conv-44 argmax, which failed to carry over once before.
     # 2026-12-01 evening, artifact c1838dd6 + 44f0e529, conv-44, weight 0.7 / 1.0 / 1.5 / 2.0: 0.688 / 0.700 / 0.711 /
     # 0.707. 1.5 (the argmax) was adopted by a rule fixed before the dev-pair run (no loss there, +0.05 over the
-    # heuristic at the same weight): dev pair 0.705 against 0.703 at 1.0, nDCG@10 0.555 against 0.540 (README).
+    # heuristic at the same weight): dev pair 0.705 against 0.703 at 1.0, nDCG@10 0.555 against 0.540 (docs/EXPERIMENTS.md).
     relevance_weight: float = 1.5
     center_relevance: bool = True
     # the relevance term in log-odds: relevance_weight * (logit(p_relevant) - centre), the centre then the mean
@@ -135,7 +135,7 @@ class EngineConfig:
     # the view that also walks the deterministic `temporal` edges (a new memory -> each timestamped member of its
     # write-time shortlist, attrs {"order": ...}; with the controller's temporal Choice, inferred ones): "" none
     # (they are stored and never walked), "temporal" or "semantic" (always active). conv-44, shipped artifact:
-    # R_frac@10 0.708 / 0.708 / 0.706 for "" / temporal / semantic (README), so "" stays.
+    # R_frac@10 0.708 / 0.708 / 0.706 for "" / temporal / semantic (docs/EXPERIMENTS.md), so "" stays.
     order_edges_view: str = ""
     # Feedback search: each expansion round also takes up to feedback_k unjudged nodes from a hybrid search for the
     # query joined with the feedback_docs most promising memories the round judged (pseudo-relevance feedback:
@@ -246,7 +246,7 @@ PRESETS: dict[str, EngineConfig] = {
     # The cheapest useful engine for a local controller on a small CPU: two judged candidates per write, no
     # consolidation, four judged seeds, at most two expansions in one round and no stopping request. With the
     # shipped controller on the LoCoMo dev pair (2 threads, fast with --no-spin; session 27, separate runs):
-    # write p50 75 vs 260 ms, query p50 84 vs 612 ms, R_frac@10 0.767 vs 0.817 (README, "Where it stands").
+    # write p50 75 vs 260 ms, query p50 84 vs 612 ms, R_frac@10 0.767 vs 0.817 (docs/EXPERIMENTS.md, "the fast preset, session 27").
     "fast": EngineConfig(candidates_k=2, consolidation_every=0, n_seeds=4, expansion_budget=2, max_depth=1,
                          expand_per_node=2, ask_stop=False),
     # Wider candidate pools and deeper, larger traversals.

@@ -85,7 +85,7 @@ def run_distill(args: argparse.Namespace) -> int:
 
 
 def add_train_negatives(p: argparse.ArgumentParser) -> None:
-    """Relevance negative counts of the LoCoMo train split (`LocomoRules`; off by default, README)."""
+    """Relevance negative counts of the LoCoMo train split (`LocomoRules`; off by default, docs/EXPERIMENTS.md)."""
     p.add_argument("--train-hard-negatives", type=int, default=0,
                    help="this many more top BM25 and top dense relevance negatives per LoCoMo question (train split only)")
     p.add_argument("--train-bm25-negatives", type=int, default=None,

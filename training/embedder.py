@@ -5,7 +5,7 @@ mean-pooled embedding lies nearer its gold turns than the other turns of its bat
 Why: on conv-44, most gold turns the engine misses are never judged, because neither BM25 nor the base cosine ranks
 them near the top ("What exercises has John done?" against "I started a weekend yoga class"). A probe of this
 recipe trained on conv-41..43 lifted the engine's dev-pair R_frac@10 0.817 -> 0.846 and multi-hop R_all@10 0.349 ->
-0.442 (README, "a retrieval embedder adapted on the training conversations"). This module fits and saves the
+0.442 (docs/EXPERIMENTS.md, "a retrieval embedder adapted on the training conversations"). This module fits and saves the
 adapter; `controller.embedding.create_embedder("minilm-tuned")` loads the one the model directory ships, and
 `make train` refits it (`training.pipeline.stage_fit_embedder`).
 
@@ -124,7 +124,7 @@ def fit_embedder(pairs: Sequence[tuple[str, str]], out_dir: Path, config: Embedd
                  negatives: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
     """Fit the LoRA adapter on `pairs` and save it under `out_dir` (peft's adapter files and `embedder.json`: the
     recipe, the conversations the pairs came from, the pair count and the mean loss of each epoch). Seeded: the same pairs and config give the same
-    adapter on the same machine (the command on conv-41..43 gave, byte for byte, the adapter of the README's probe)."""
+    adapter on the same machine (the command on conv-41..43 gave, byte for byte, the adapter of the probe row of docs/EXPERIMENTS.md)."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModel, AutoTokenizer

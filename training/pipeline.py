@@ -73,7 +73,7 @@ class PipelineConfig:
     # The folds of that cross-validation (`training.calibrate.FOLDS`): "source" (LoCoMo against synthetic) or
     # "group" (conversations and generator shards, the lone calibration conversation split by state).
     # And whether a level must also beat the raw logits out of fold (else it stays at T = 1). On the held-out
-    # states of artifact c1838dd6 + 44f0e529 (`python -m training compare-calibration`, README row "calibration
+    # states of artifact c1838dd6 + 44f0e529 (`python -m training compare-calibration`, docs/EXPERIMENTS.md row "calibration
     # kept where it beats raw"): 3 of 6 families meet the ECE target without the raw check, 4 of 6 with it.
     calibration_folds: str = "source"
     calibration_keep_raw: bool = True

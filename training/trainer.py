@@ -36,7 +36,7 @@ _DEVICE = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
 
 @dataclass(frozen=True)
 class FitConfig:
-    steps: int = 900  # ~2.7M packed tokens; `make train` plans 520 (capped at 26 min) plus a relevance specialist (README)
+    steps: int = 900  # ~2.7M packed tokens; `make train` plans 520 (capped at 26 min) plus a relevance specialist (docs/EXPERIMENTS.md)
     tokens_per_step: int = 3000  # packed (unpadded) tokens drawn per optimizer step (~45 labels)
     max_batch_tokens: int = 8192  # padded tokens per micro-batch (gradients accumulate over a step)
     lr: float = 1e-3  # LoRA parameters

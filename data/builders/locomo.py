@@ -26,7 +26,7 @@ RELEVANCE (state {"query", "memory"}; questions of categories 1-4 with evidence;
   informative turns look relevant to anything) no longer pays; the pair has to be read. Noise: a nearby
   question can be answered by the turn without citing it. Off by default: with 2 swaps per gold turn
   (`make train` otherwise unchanged) LoCoMo dev relevance AUROC fell from 0.738 to 0.647 (conv-44: 0.740 to
-  0.693); the model lowered every gold-like turn instead of learning to read the pair (README).
+  0.693); the model lowered every gold-like turn instead of learning to read the pair (docs/EXPERIMENTS.md).
 - observation queries (train split only, up to `observation_queries` facts per conversation, drawn with a
   fixed seed): an `observation` fact that cites exactly one turn becomes the query of a state, that turn
   -> relevant 1; its top BM25 turns and random turns outside `adjacency` of it -> relevant 0 (no bridge
@@ -38,7 +38,7 @@ RELEVANCE (state {"query", "memory"}; questions of categories 1-4 with evidence;
   Noise: a fact restated in a later turn makes that turn unlabelled evidence among the BM25 negatives, and a
   fact can summarise a turn with its neighbours. Off in `make train`: with every fact the model read the query
   more (same-memory share 0.061 -> 0.11-0.20 in two runs) but LoCoMo dev relevance AUROC stayed at 0.72-0.74
-  and end-to-end recall did not move (README).
+  and end-to-end recall did not move (docs/EXPERIMENTS.md).
 - context (`relevance_context`, every split): each relevance state also carries "previous", the turn just
   before its memory in the same session (none for a session's first turn), cut to 240 characters
   (`controller.families.previous_text`). Labels are unchanged: the question still judges state.memory. A

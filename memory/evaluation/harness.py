@@ -48,7 +48,7 @@ class EvalConfig:
     systems: tuple[str, ...] = ("bm25", "dense", "rrf", "jevmem-heuristic")
     date_style: str = flat.REFERENCE_DATE_STYLE  # the baselines' "[date]" prefix
     baseline_embedder: str = "minilm"  # dense baseline ("hashing" for quick, weight-free runs)
-    # the engine's embedder: the adapted retrieval embedder since session 28 (README row "the retrieval embedder shipped")
+    # the engine's embedder: the adapted retrieval embedder since session 28 (docs/EXPERIMENTS.md row "the retrieval embedder shipped")
     engine_embedder: str = "minilm-tuned"
     engine_adapter: str | None = None  # a LoRA retrieval adapter directory merged into the base MiniLM instead
     engine_config: str | None = None  # preset name or JSON file of an EngineConfig (None: defaults)
