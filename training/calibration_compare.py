@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from controller.specialists import load_specialists
-    from training.pipeline import PipelineConfig, heldout_examples, load_model, split_examples, tokenizer
+    from training.pipeline_config import PipelineConfig, heldout_examples, load_model, split_examples, tokenizer
     from training.predict import predict
     from training.sampling import cap_states, prepare_requests
 

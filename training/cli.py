@@ -6,7 +6,7 @@
     python -m training fit-specialist --specialist relevance --specialist-steps 1000 [--resume]
     python -m training evaluate --model-dir DIR
 
-Every command takes the same run / model / data directories (see `training.pipeline.PipelineConfig`);
+Every command takes the same run / model / data directories (see `training.pipeline_config.PipelineConfig`);
 the logic lives in `training.pipeline`, this module parses arguments and prints.
 """
 
@@ -22,7 +22,8 @@ from typing import Any
 from controller.families import FAMILIES
 from training.data_cli import add_include, add_train_negatives, conversation_ids
 from training.errors import PipelineError
-from training.pipeline import CALIBRATION_PRIORS, DATA_SETTINGS, STAGES, PipelineConfig, run_all, run_stage
+from training.pipeline import run_all, run_stage
+from training.pipeline_config import CALIBRATION_PRIORS, DATA_SETTINGS, STAGES, PipelineConfig
 from training.trainer import DROPOUT_KINDS, FitConfig, boost_factors
 
 _FIT_FLAGS = ("steps", "tokens_per_step", "max_batch_tokens", "lr", "head_lr", "weight_decay", "warmup", "grad_clip", "family_power", "family_boost",

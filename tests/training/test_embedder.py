@@ -90,6 +90,7 @@ def test_the_command_fits_on_the_named_conversations(tiny_base: Path, tmp_path: 
 def test_the_pipeline_stage_fits_on_the_train_conversations_only(tiny_base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from training import embedder as module
     from training import pipeline
+    from training.pipeline_config import PipelineConfig
     from training.errors import PipelineError
 
     data, audit = write_locomo(tmp_path)
@@ -101,16 +102,16 @@ def test_the_pipeline_stage_fits_on_the_train_conversations_only(tiny_base: Path
         return real(pairs, out_dir, EmbedderFitConfig(lora_r=2, lora_alpha=4, epochs=1, batch_size=4), base=base, conversations=conversations)
 
     monkeypatch.setattr(module, "fit_embedder", small_fit)
-    cfg = pipeline.PipelineConfig(run_dir=str(tmp_path / "run"), model_dir=str(tmp_path / "model"), base_path=str(tiny_base),
+    cfg = PipelineConfig(run_dir=str(tmp_path / "run"), model_dir=str(tmp_path / "model"), base_path=str(tiny_base),
                                   locomo=str(data), audit=str(audit), dev_conversations=("conv-30",), calibration_conversations=())
     summary = pipeline.stage_fit_embedder(cfg)
     assert seen == [["conv-26"]] and summary["conversations"] == ["conv-26"]
     assert json.loads((tmp_path / "model" / "embedder" / SUMMARY_FILE).read_text())["conversations"] == ["conv-26"]
     assert "adapter_model.safetensors" in {p.name for p in (tmp_path / "model" / "embedder").iterdir()}
-    held_out = pipeline.PipelineConfig(run_dir=str(tmp_path / "run"), model_dir=str(tmp_path / "m2"), locomo=str(data), audit=str(audit))
+    held_out = PipelineConfig(run_dir=str(tmp_path / "run"), model_dir=str(tmp_path / "m2"), locomo=str(data), audit=str(audit))
     with pytest.raises(PipelineError, match="outside the dev and calibration"):
         pipeline.stage_fit_embedder(held_out)  # conv-26 and conv-30 are the default dev pair: nothing to fit on
-    skipped = pipeline.stage_fit_embedder(pipeline.PipelineConfig(run_dir=str(tmp_path / "run"), model_dir=str(tmp_path / "m3")))
+    skipped = pipeline.stage_fit_embedder(PipelineConfig(run_dir=str(tmp_path / "run"), model_dir=str(tmp_path / "m3")))
     assert "skipped" in skipped and not (tmp_path / "m3").exists()
 
 

@@ -9,7 +9,8 @@ import pytest
 from controller.states import StateConventions, read_states
 from controller.families import FAMILIES
 from training.errors import PipelineError
-from training.pipeline import STAGES, PipelineConfig, run_all, run_stage
+from training.pipeline import run_all, run_stage
+from training.pipeline_config import STAGES, PipelineConfig
 from training.trainer import FitConfig
 
 ALLOWED = {"config.json", "adapter", "heads.safetensors", "calibration.json", "metrics.json", "MODEL_CARD.md", "reliability.png", "states.json"}
@@ -73,7 +74,7 @@ def test_the_model_directory_is_small_and_loadable(pipeline_run) -> None:  # typ
 def test_the_model_directory_declares_the_state_conventions_of_its_data(pipeline_run, tmp_path) -> None:  # type: ignore[no-untyped-def]
     from dataclasses import replace
 
-    from training.pipeline import record_states
+    from training.pipeline_config import record_states
 
     cfg, _ = pipeline_run
     shutil.copytree(cfg.model, tmp_path / "model")
@@ -382,7 +383,7 @@ def test_evaluation_reads_each_family_from_the_model_that_serves_it(specialist_r
 
     from controller.artifacts import load_artifact
     from controller.specialists import load_specialists
-    from training.pipeline import heldout_examples, predict_routed, tokenizer
+    from training.pipeline_config import heldout_examples, predict_routed, tokenizer
     from training.predict import predict
     from training.sampling import prepare_requests
 
@@ -429,7 +430,7 @@ def test_serving_routes_every_decision_example_to_the_model_that_learnt_it(pipel
     from controller.families import lookup
     from controller.questions import normalize_questions
     from controller.specialists import request_family
-    from training.pipeline import split_examples
+    from training.pipeline_config import split_examples
 
     cfg, _ = pipeline_run
     examples = [e for split in ("train", "calibration", "test") for e in split_examples(cfg, split)]
@@ -447,7 +448,7 @@ def test_served_relevance_reads_paraphrases_from_the_specialist(specialist_run) 
     from controller.local import LocalBackend
     from controller.questions import normalize_questions
     from training.evaluate import auroc
-    from training.pipeline import split_examples
+    from training.pipeline_config import split_examples
     from training.served import SERVED_COLUMNS, format_served, served_relevance
 
     cfg, _ = specialist_run
