@@ -116,7 +116,7 @@ def test_the_pipeline_stage_fits_on_the_train_conversations_only(tiny_base: Path
 
 
 def test_the_model_card_describes_the_embedder() -> None:
-    from training.report import _embedder_lines
+    from training.card import _embedder_lines
 
     emb = {"config": asdict_config(), "conversations": ["conv-41"], "pairs": 5, "epoch_loss": [0.9, 0.5], "seconds": 1.0}
     (line,) = _embedder_lines(emb)

@@ -7,7 +7,7 @@ from controller.calibration import Calibration
 from training.evaluate import auroc, reliability
 from training.intervals import auroc_interval, cluster_weights, ece_change_intervals, weighted_auroc, weighted_ece
 from training.predict import Prediction
-from training.report import _acceptance_lines as acceptance_lines
+from training.card import _acceptance_lines as acceptance_lines
 from training.report import acceptance
 from training.sampling import Label
 

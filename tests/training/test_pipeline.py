@@ -290,7 +290,7 @@ def test_out_of_domain_figures_are_recorded_into_the_model_card_for_their_artifa
 
 
 def test_the_model_card_names_the_conversations_each_split_used() -> None:
-    from training.report import _heldout_sources, _locomo_use
+    from training.card import _heldout_sources, _locomo_use
 
     default = _locomo_use({})  # a record from before the conversations were recorded: the default plan
     assert "conv-41/42/43" in default and "calibration conv-44" in default
@@ -303,7 +303,7 @@ def test_the_model_card_names_the_conversations_each_split_used() -> None:
 
 
 def test_the_card_states_how_states_must_be_rendered() -> None:
-    from training.report import _states_text
+    from training.card import _states_text
 
     assert "defaults" in _states_text({"relevance_dated": False, "relevance_context": False})
     dated = _states_text({"relevance_dated": True, "relevance_context": False})
@@ -311,14 +311,14 @@ def test_the_card_states_how_states_must_be_rendered() -> None:
 
 
 def test_the_card_names_a_listwise_loss_only_when_one_was_used() -> None:
-    from training.report import _listwise_text
+    from training.card import _listwise_text
 
     assert _listwise_text({}) == "" and _listwise_text({"listwise_weight": 0.0}) == ""
     assert "0.5 x the listwise loss of `relevance.relevant`" in _listwise_text({"listwise_weight": 0.5})
 
 
 def test_the_card_lists_prior_shifts_only_for_a_pooled_or_fitted_prior() -> None:
-    from training.report import _prior_lines
+    from training.card import _prior_lines
 
     assert _prior_lines({"prior": "calibration"}) == [] and _prior_lines({}) == []
     lines = _prior_lines({"prior": "pooled", "prior_shifts": {"pair.semantic": 0.1},
@@ -329,7 +329,7 @@ def test_the_card_lists_prior_shifts_only_for_a_pooled_or_fitted_prior() -> None
 
 
 def test_the_card_names_the_layers_a_partial_adapter_covers() -> None:
-    from training.report import _lora_text
+    from training.card import _lora_text
 
     assert _lora_text({"lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.0, "lora_layers": 3}) == (
         "r=4, alpha=8, dropout 0.0 on the top 3 layers' query/key/value/dense")

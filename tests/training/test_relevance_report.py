@@ -60,7 +60,7 @@ def test_same_memory_share_separates_query_blind_from_query_driven_scores() -> N
 
 
 def test_measured_limits_name_questions_near_chance_and_query_blind_relevance() -> None:
-    from training.report import measured_limits
+    from training.card import measured_limits
 
     def row(value: float | None) -> dict:
         return {"raw": {"auroc": value}}
