@@ -48,7 +48,8 @@ def run(variants: dict[str, dict[str, Any]], *, data_dir: str = "", steps: int =
     import copy
 
     from controller.torch_model import PackedCrossEncoder
-    from training.trainer import FitConfig, fit, read_log
+    from training.fit_log import read_log
+    from training.trainer import FitConfig, fit
 
     if steps <= warm:
         raise ValueError(f"--steps ({steps}) must exceed --warm ({warm})")

@@ -25,7 +25,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from training.checkpoints import checkpoint_dir, clear_checkpoints, data_fingerprint, latest_checkpoint, load_checkpoint, save_checkpoint
 from training.errors import CheckpointError
+from training.fit_log import plot_log, read_log, truncate_log
 from training.sampling import BalancedSampler, LabeledRequest, collate, label_tensors
 
 log = logging.getLogger(__name__)
@@ -187,72 +189,6 @@ def _optimizer(model: Any, config: FitConfig) -> Any:
     return torch.optim.AdamW(groups, betas=(0.9, 0.999), eps=1e-8)
 
 
-def trainable_state(model: Any) -> dict[str, Any]:
-    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-
-
-def _checkpoint_dir(run_dir: Path) -> Path:
-    return run_dir / "checkpoints"
-
-
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    found = sorted(_checkpoint_dir(Path(run_dir)).glob("step-*.pt"))
-    return found[-1] if found else None
-
-
-def data_fingerprint(requests: Sequence[LabeledRequest]) -> str:
-    """What a checkpoint must agree on about the training data: every request's tokens and labels, in order."""
-    digest = hashlib.sha256()
-    for request in requests:
-        digest.update(repr((request.tokenized, request.labels, request.list_key)).encode())
-    return digest.hexdigest()[:16]
-
-
-def _save_checkpoint(run_dir: Path, step: int, model: Any, optimizer: Any, config: FitConfig, stats: dict[str, int], data: str) -> Path:
-    import torch
-
-    folder = _checkpoint_dir(run_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"step-{step:07d}.pt"
-    tmp = path.with_suffix(".tmp")
-    torch.save({"step": step, "fingerprint": config.fingerprint(), "data": data, "trainable": trainable_state(model),
-                "optimizer": optimizer.state_dict(), "stats": stats}, tmp)
-    tmp.replace(path)
-    for old in sorted(folder.glob("step-*.pt"))[: -config.keep_checkpoints]:
-        old.unlink()
-    return path
-
-
-def _clear_checkpoints(run_dir: Path) -> None:
-    """Remove an earlier run's checkpoints: they would outrank (and prune) the new run's, and `--resume` would load them."""
-    for old in [*_checkpoint_dir(run_dir).glob("step-*.pt"), *_checkpoint_dir(run_dir).glob("step-*.tmp")]:
-        old.unlink()
-
-
-def _load_checkpoint(path: Path, model: Any, optimizer: Any, config: FitConfig, data: str) -> tuple[int, dict[str, int]]:
-    import torch
-
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # torch raises several types for a torn or foreign file
-        raise CheckpointError(f"cannot read checkpoint {path}: {error}") from error
-    if state.get("fingerprint") != config.fingerprint():
-        raise CheckpointError(f"{path} was written with another training configuration; start a new run directory")
-    if state.get("data", data) != data:  # checkpoints from before the data fingerprint carry none
-        raise CheckpointError(f"{path} was fitted on other training data (rebuilt since?); start a new run directory")
-    params = dict(model.named_parameters())
-    missing = sorted(set(state["trainable"]) ^ {n for n, p in params.items() if p.requires_grad})
-    if missing:
-        raise CheckpointError(f"{path} does not match the model's trainable parameters: {missing[:4]}")
-    import torch as _t
-
-    with _t.no_grad():
-        for name, value in state["trainable"].items():
-            params[name].copy_(value)
-    optimizer.load_state_dict(state["optimizer"])
-    return int(state["step"]), dict(state.get("stats", {}))
-
-
 def _step_seed(seed: int, step: int) -> int:
     return int.from_bytes(hashlib.blake2b(f"dropout:{seed}:{step}".encode(), digest_size=7).digest(), "little")
 
@@ -301,13 +237,13 @@ def fit(
     if resume:
         ckpt = latest_checkpoint(run)
         if ckpt is None:
-            raise CheckpointError(f"--resume: no checkpoint under {_checkpoint_dir(run)}")
-        start_step, stats = _load_checkpoint(ckpt, model, optimizer, config, data)
-        _truncate_log(log_path, start_step)
+            raise CheckpointError(f"--resume: no checkpoint under {checkpoint_dir(run)}")
+        start_step, stats = load_checkpoint(ckpt, model, optimizer, config, data)
+        truncate_log(log_path, start_step)
         log.info("resumed from %s (step %d)", ckpt, start_step)
     else:
         log_path.unlink(missing_ok=True)
-        _clear_checkpoints(run)
+        clear_checkpoints(run)
     (run / "fit_config.json").write_text(json.dumps(config.to_json(), indent=2) + "\n", encoding="utf-8")
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
@@ -343,10 +279,10 @@ def fit(
                 bar.set_postfix(loss=f"{entry['loss']:.3f}", lr=f"{entry['lr']:.1e}")
             if step % config.checkpoint_every == 0 or step == config.steps:
                 log_file.flush()
-                _save_checkpoint(run, step, model, optimizer, config, stats, data)
+                save_checkpoint(run, step, model, optimizer, config, stats, data)
             if config.max_minutes and time.perf_counter() - began > 60 * config.max_minutes and step < config.steps:
                 log_file.flush()
-                _save_checkpoint(run, step, model, optimizer, config, stats, data)
+                save_checkpoint(run, step, model, optimizer, config, stats, data)
                 log.warning("stopped at step %d of %d: max_minutes=%s reached", step, config.steps, config.max_minutes)
                 completed = False
                 break
@@ -372,61 +308,3 @@ def _progress(steps: range, enabled: bool, done: int, total: int) -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(steps, initial=done, total=total, desc="fit", unit="step", dynamic_ncols=True)
-
-
-def read_log(path: str | Path) -> list[dict[str, Any]]:
-    p = Path(path)
-    if not p.exists():
-        return []
-    return [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def _truncate_log(path: Path, step: int) -> None:
-    if path.exists():
-        kept = [e for e in read_log(path) if e["step"] <= step]
-        path.write_text("".join(json.dumps(e) + "\n" for e in kept), encoding="utf-8")
-
-
-def plot_log(entries: Sequence[dict[str, Any]], path: str | Path) -> str | None:
-    """Loss curves (raw and smoothed, total and per kind) and the learning rate as one PNG."""
-    if not entries:
-        return None
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log.warning("matplotlib is not installed: no loss plot (pip install 'jevmem-local[eval]')")
-        return None
-    steps = np.array([e["step"] for e in entries])
-    fig, (ax, ax_lr) = plt.subplots(1, 2, figsize=(11, 4))
-    for key in ("loss", "noul", "choice", "score"):
-        pts = [(e["step"], e[key]) for e in entries if key in e]
-        if not pts:
-            continue
-        x, y = np.array(pts).T
-        ax.plot(x, _ema(y), label=f"{key} (EMA)", linewidth=1.5 if key == "loss" else 1.0)
-        if key == "loss":
-            ax.plot(x, y, alpha=0.2, color="grey", linewidth=0.5)
-    ax.set_xlabel("step")
-    ax.set_ylabel("training loss")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    ax_lr.plot(steps, [e["lr"] for e in entries])
-    ax_lr.set_xlabel("step")
-    ax_lr.set_ylabel("LoRA learning rate")
-    ax_lr.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(str(path), dpi=90)
-    plt.close(fig)
-    return str(path)
-
-
-def _ema(values: np.ndarray, alpha: float = 0.05) -> np.ndarray:
-    out = np.empty_like(values, dtype=np.float64)
-    acc = float(values[0])
-    for i, v in enumerate(values):
-        acc = alpha * float(v) + (1 - alpha) * acc if i else acc
-        out[i] = acc
-    return out

@@ -9,7 +9,8 @@ import torch
 
 from training.errors import CheckpointError
 from training.sampling import collate, label_tensors, prepare_requests
-from training.trainer import FitConfig, fit, latest_checkpoint, lr_factor, resolve_device
+from training.checkpoints import latest_checkpoint
+from training.trainer import FitConfig, fit, lr_factor, resolve_device
 
 FAST = dict(tokens_per_step=700, lr=5e-3, head_lr=5e-2, threads=1, warmup=0.1)
 
