@@ -76,9 +76,7 @@ def load_checkpoint(path: Path, model: Any, optimizer: Any, config: FitConfig, d
     missing = sorted(set(state["trainable"]) ^ {n for n, p in params.items() if p.requires_grad})
     if missing:
         raise CheckpointError(f"{path} does not match the model's trainable parameters: {missing[:4]}")
-    import torch as _t
-
-    with _t.no_grad():
+    with torch.no_grad():
         for name, value in state["trainable"].items():
             params[name].copy_(value)
     optimizer.load_state_dict(state["optimizer"])
