@@ -69,9 +69,9 @@ def open_engine(args: argparse.Namespace, *, create: bool = False) -> Any:
     db = Path(args.db)
     if not create and not db.is_file():
         raise UsageError(f"no memory store at {db} (create one with `jevmem ingest --db {db} ...`)")
-    from memory.store.sqlite_schema import stored_embedder
+    from memory.store.sqlite_schema import resolve_embedder
 
-    embedder = args.embedder or stored_embedder(db) or "hashing"
+    embedder = resolve_embedder(db, args.embedder)
     options = {"spinning": False} if args.controller == "local" and args.no_spin else {}
     return Engine.open(db, controller=args.controller, embedder=embedder, config=_engine_config(args.config), **options)
 
@@ -225,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--db", required=True, help="the SQLite memory store")
         p.add_argument("--controller", default="heuristic", help="controller backend: heuristic (default) or local")
         p.add_argument("--embedder", choices=EMBEDDERS, default=None,
-                       help="embedder (default: the one the store was built with, else hashing)")
+                       help="embedder (default: the one the store was built with, else minilm-tuned)")
         p.add_argument("--config", default=None, help="engine preset (default, fast, thorough) or a JSON config file")
         p.add_argument("--no-spin", action="store_true",
                        help="local controller: onnxruntime threads sleep between calls instead of spinning (measured faster "
@@ -275,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=None)
     p.add_argument("--controller", default=None, help="controller backend name")
     p.add_argument("--db", default=None, help="SQLite memory store: mounts the memory API (JEVMEM_MEMORY_DB)")
-    p.add_argument("--embedder", default=None, choices=EMBEDDERS, help="the memory store's embedder (JEVMEM_EMBEDDER)")
+    p.add_argument("--embedder", default=None, choices=EMBEDDERS, help="the memory store's embedder (JEVMEM_EMBEDDER; default: the one the store was built with, else minilm-tuned)")
     p.set_defaults(func=cmd_serve)
     return parser
 

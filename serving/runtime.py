@@ -57,8 +57,9 @@ class MemoryService:
 
         def _open() -> Any:
             from memory.engine import Engine
+            from memory.store.sqlite_schema import resolve_embedder
 
-            return Engine.open(path, controller=queued, embedder=settings.embedder)
+            return Engine.open(path, controller=queued, embedder=resolve_embedder(path, settings.embedder))
 
         engine = await asyncio.get_running_loop().run_in_executor(executor, _open)
         return cls(engine, executor, owns_engine=True)

@@ -11,7 +11,7 @@
     JEVMEM_QUEUE_SIZE          queued requests before 429                           256
     JEVMEM_REQUEST_TIMEOUT_S   per-request deadline, from arrival (then 503)         8
     JEVMEM_MEMORY_DB           SQLite path of the memory engine; unset = no memory API
-    JEVMEM_EMBEDDER            memory embedder (hashing | minilm | minilm-tuned)    hashing
+    JEVMEM_EMBEDDER            memory embedder (hashing | minilm | minilm-tuned)    the store's own, else minilm-tuned
     JEVMEM_TOKEN_BUDGET        max packed input tokens per request, checked before queueing
                                with the model's tokenizer; unset = the backend's own limit only
     JEVMEM_DRAIN_TIMEOUT_S     graceful shutdown: how long queued requests may finish  10
@@ -49,7 +49,7 @@ class Settings:
     queue_size: int = 256
     request_timeout_s: float = 8.0
     memory_db: str | None = None  # None: the memory API is not mounted
-    embedder: str = "hashing"
+    embedder: str | None = None  # None: the embedder the store was built with, else minilm-tuned (a new store)
     token_budget: int | None = None
     drain_timeout_s: float = 10.0  # graceful shutdown: how long queued requests may still finish
     warmup: bool = True  # run one tiny request in lifespan before /readyz says ready
@@ -74,7 +74,7 @@ class Settings:
             raise SettingsError("token_budget must be at least 1", field="token_budget", value=self.token_budget)
         from controller.embedding import EMBEDDERS, embedder_family
 
-        if embedder_family(self.embedder) not in EMBEDDERS:
+        if self.embedder is not None and embedder_family(self.embedder) not in EMBEDDERS:
             raise SettingsError(f"embedder must be one of {', '.join(EMBEDDERS)}", field="embedder", value=self.embedder)
 
     @property

@@ -100,6 +100,19 @@ def _set_meta(conn: sqlite3.Connection, key: str, value: object) -> None:
     conn.execute(sql, (key, str(value)))
 
 
+# What the CLI and the server open a new store with when no embedder is named: the shipped adapted MiniLM, the
+# embedder the LoCoMo figures were measured with. `hashing` (weight-free, no model load) must be asked for.
+DEFAULT_EMBEDDER = "minilm-tuned"
+
+
+def resolve_embedder(path: str | Path | None, requested: str | None = None) -> str:
+    """The embedder to open the store at `path` with: `requested`, else the one the store was built with, else
+    `DEFAULT_EMBEDDER` (a new store, or `path` None for an in-memory one)."""
+    if requested:
+        return requested
+    return (stored_embedder(path) if path is not None else None) or DEFAULT_EMBEDDER
+
+
 def stored_embedder(path: str | Path) -> str | None:
     """The embedder an existing store file was built with (read-only), else None (no file, no store, no name)."""
     path = Path(path)

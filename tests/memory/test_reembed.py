@@ -124,3 +124,15 @@ def test_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeyp
     assert "nothing to do" in capsys.readouterr().out
     assert cli.main(["reembed", "--db", str(tmp_path / "none.db"), "--embedder", "minilm"]) == 2
     assert "no memory store" in capsys.readouterr().err
+
+
+def test_a_store_is_opened_with_the_embedder_it_recorded_and_a_new_one_with_the_default(tmp_path: Path) -> None:
+    from memory.store.sqlite_schema import DEFAULT_EMBEDDER, resolve_embedder
+
+    path = _store(tmp_path)  # built with hashing
+    assert resolve_embedder(path) == "hashing"
+    assert resolve_embedder(path, "minilm") == "minilm"  # named: what was asked (the store then checks it)
+    assert resolve_embedder(tmp_path / "new.db") == DEFAULT_EMBEDDER == "minilm-tuned"
+    assert resolve_embedder(None) == DEFAULT_EMBEDDER  # an in-memory store
+    (tmp_path / "junk.db").write_bytes(b"not a database")
+    assert resolve_embedder(tmp_path / "junk.db") == DEFAULT_EMBEDDER  # the store itself refuses it on open

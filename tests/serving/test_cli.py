@@ -107,7 +107,8 @@ def test_ingest_locomo_needs_one_conversation(tmp_path: Path, capsys: pytest.Cap
     assert code == 2 and "--conversation" in err and "conv-26, conv-30" in err
     code, _, err = run(capsys, "ingest", "--db", str(tmp_path / "m.db"), "--locomo", str(data), "--conversation", "conv-99")
     assert code == 2 and "available: conv-26, conv-30" in err
-    code, out, _ = run(capsys, "ingest", "--db", str(tmp_path / "m.db"), "--locomo", str(data), "--conversation", "conv-30")
+    code, out, _ = run(capsys, "ingest", "--db", str(tmp_path / "m.db"), "--locomo", str(data), "--conversation", "conv-30",
+                       "--embedder", "hashing")
     assert code == 0 and "ingested 6 observations" in out
     code, out, _ = run(capsys, "query", "--db", str(tmp_path / "m.db"), "Where is the second store?", "--json")
     sources = {s for e in json.loads(out)["evidence"] for s in e["source_ids"]}
@@ -187,11 +188,31 @@ def test_serve_with_a_db_mounts_the_memory_api(tmp_path: Path) -> None:
     from serving.app import create_app
     from serving.settings import Settings
 
-    settings = Settings.from_env(memory_db=str(tmp_path / "mem.sqlite"))  # what `jevmem serve --db` passes on
+    settings = Settings.from_env(memory_db=str(tmp_path / "mem.sqlite"), embedder="hashing")  # `jevmem serve --db --embedder`
     with TestClient(create_app(settings)) as client:
         written = client.post("/v1/memory/observations", json={"content": "Mira: I bought a bicycle."})
         assert written.status_code == 201, written.text
         assert "/v1/memory/query" in client.get("/openapi.json").json()["paths"]
+
+
+def test_serving_an_existing_store_uses_the_embedder_it_was_built_with(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fastapi.testclient import TestClient
+
+    from memory.store.sqlite_schema import stored_embedder
+    from serving.app import create_app
+    from serving.settings import Settings
+
+    source = tmp_path / "obs.jsonl"
+    source.write_text('{"content": "Mira: I bought a bicycle."}\n', encoding="utf-8")
+    db = tmp_path / "mem.sqlite"
+    assert run(capsys, "ingest", "--db", str(db), "--jsonl", str(source), "--embedder", "hashing")[0] == 0
+    # no embedder named: the server opens the store with its own (the default for a new store would be refused by it)
+    with TestClient(create_app(Settings.from_env({}, memory_db=str(db)))) as client:
+        assert client.get("/v1/memory/stats").json()["nodes"] == 1
+        assert client.post("/v1/memory/observations", json={"content": "Mira: it is red."}).status_code == 201
+    assert stored_embedder(db) == "hashing"
+    code, out, _ = run(capsys, "query", "--db", str(db), "What did Mira buy?", "--json")  # so does the CLI
+    assert code == 0 and json.loads(out)["evidence"]
 
 
 def test_module_entry_point(tmp_path: Path) -> None:

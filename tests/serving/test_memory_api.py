@@ -133,7 +133,7 @@ async def test_memory_api_is_absent_without_a_database(client: httpx2.AsyncClien
 # ----------------------------------------------------------------------------------- the real engine
 @pytest.fixture
 async def real_memory(heuristic: Any) -> AsyncIterator[httpx2.AsyncClient]:
-    app = create_app(Settings(memory_db=":memory:"), backend=heuristic)
+    app = create_app(Settings(memory_db=":memory:", embedder="hashing"), backend=heuristic)
     async with serving(app) as client:
         yield client
 
@@ -337,7 +337,7 @@ async def test_relink_through_the_served_controller_queue_when_the_backend_is_do
             return super().answer(requests)
 
     backend = Flaky(down=True)
-    async with serving(create_app(Settings(memory_db=":memory:"), backend=backend)) as client:
+    async with serving(create_app(Settings(memory_db=":memory:", embedder="hashing"), backend=backend)) as client:
         r = await client.post(f"{M}/observations", json={"content": "Mira: My old bicycle broke."})
         assert r.status_code == 201 and r.json()["link_status"] == "relations_pending"
         node_id = r.json()["node_id"]
@@ -355,7 +355,7 @@ def test_the_engines_own_metadata_keys_are_refused_over_http(tmp_path: Path) -> 
     from serving.app import create_app
     from serving.settings import Settings
 
-    with TestClient(create_app(Settings.from_env(memory_db=str(tmp_path / "m.sqlite")))) as client:
+    with TestClient(create_app(Settings.from_env(memory_db=str(tmp_path / "m.sqlite"), embedder="hashing"))) as client:
         r = client.post(f"{M}/observations", json={"content": "Mira: hi", "metadata": {"links_refused": [["a", "b", "semantic"]]}})
         assert r.status_code == 422 and "reserved" in r.text
         assert client.post(f"{M}/observations", json={"content": "Mira: hi", "metadata": {"topic": "x"}}).status_code == 201

@@ -16,7 +16,7 @@ M = "/v1/memory"
 
 @pytest.fixture
 async def real_memory(heuristic: Any) -> AsyncIterator[httpx2.AsyncClient]:
-    async with serving(create_app(Settings(memory_db=":memory:"), backend=heuristic)) as client:
+    async with serving(create_app(Settings(memory_db=":memory:", embedder="hashing"), backend=heuristic)) as client:
         yield client
 
 

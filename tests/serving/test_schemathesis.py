@@ -24,7 +24,7 @@ expected-statuses = [400, 401, 403, 404, 405, 406, 409, 413, 415, 422, 428, 429]
 
 @pytest.fixture(scope="module")
 def memory_server() -> Iterator[BackgroundServer]:
-    with BackgroundServer(create_app(Settings(controller="heuristic", memory_db=":memory:"))) as server:
+    with BackgroundServer(create_app(Settings(controller="heuristic", memory_db=":memory:", embedder="hashing"))) as server:
         yield server
 
 
