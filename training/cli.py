@@ -88,6 +88,8 @@ def add_parser(sub: Any) -> None:
                         "model directory's states.json, which the engine follows)")
     p.add_argument("--relevance-dated", action=argparse.BooleanOptionalAction, default=PipelineConfig.relevance_dated,
                    help="LoCoMo relevance memories carry their session date (recorded in the model directory's states.json, which the engine follows)")
+    p.add_argument("--rename-speakers", type=float, default=PipelineConfig.rename_speakers,
+                   help="share of LoCoMo train questions whose relevance states rename the two speakers (train split; see data/README.md)")
     p.add_argument("--train-conversations", type=conversation_ids, default=PipelineConfig.train_conversations,
                    help="comma-separated LoCoMo sample ids the train split may use (default: every one not held out)")
     p.add_argument("--dev-conversations", type=conversation_ids, default=PipelineConfig.dev_conversations,

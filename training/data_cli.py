@@ -37,6 +37,8 @@ def add_parser(sub: Any) -> None:
                    help="LoCoMo relevance states carry the turn before the memory as state.previous")
     p.add_argument("--relevance-dated", action="store_true",
                    help="LoCoMo relevance memories carry their session date, [8 May 2023] ...")
+    p.add_argument("--rename-speakers", type=float, default=0.0,
+                   help="share of LoCoMo train questions whose relevance states rename the two speakers (train split only)")
     p.add_argument("--dev-conversations", type=conversation_ids, default=DEV_CONVERSATIONS,
                    help="comma-separated LoCoMo sample ids held out as the dev split (default conv-26,conv-30; empty: "
                         "none, so they may be trained on and nothing LoCoMo is held out for evaluation)")
@@ -116,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
                                                                                    train_bm25_negatives=args.train_bm25_negatives,
                                                                                    train_dense_negatives=args.train_dense_negatives,
                                                                                    relevance_context=args.relevance_context,
-                                                                                   relevance_dated=args.relevance_dated),
+                                                                                   relevance_dated=args.relevance_dated,
+                                                                                   rename_speakers=args.rename_speakers),
         train_conversations=args.train_conversations, include=tuple(args.include),
     )
     result = build_dataset(config)

@@ -54,7 +54,8 @@ def stage_build_data(cfg: PipelineConfig) -> dict[str, Any]:
                                                                          train_bm25_negatives=cfg.train_bm25_negatives,
                                                                          train_dense_negatives=cfg.train_dense_negatives,
                                                                          relevance_context=cfg.relevance_context,
-                                                                         relevance_dated=cfg.relevance_dated),
+                                                                         relevance_dated=cfg.relevance_dated,
+                                                                         rename_speakers=cfg.rename_speakers),
                                        train_conversations=tuple(cfg.train_conversations), include=tuple(cfg.include),
                                        plan=SplitPlan(dev_groups=tuple(f"locomo:{c}" for c in cfg.dev_conversations),
                                                      calibration_groups=tuple(f"locomo:{c}" for c in cfg.calibration_conversations))))

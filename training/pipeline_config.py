@@ -38,6 +38,7 @@ class PipelineConfig:
     train_dense_negatives: int | None = None  # LoCoMo train split: top dense relevance negatives (None: as every split)
     relevance_context: bool = False  # LoCoMo relevance states carry the turn before the memory (`LocomoRules`)
     relevance_dated: bool = False  # LoCoMo relevance memories carry their session date (`LocomoRules`)
+    rename_speakers: float = 0.0  # LoCoMo train split: share of questions whose relevance states rename the speakers
     train_conversations: tuple[str, ...] = ()  # LoCoMo conversations the train split may use (empty: all it would)
     include: tuple[str, ...] = ()  # decision-example files added as training data (`data.builders.dataset.included_examples`)
     calibration_conversations: tuple[str, ...] = ("conv-44",)  # LoCoMo conversations held out for calibration
@@ -144,7 +145,7 @@ def record_states(cfg: PipelineConfig) -> dict[str, bool]:
 # PipelineConfig fields only the data build reads (`make train` / `python -m training all` set them).
 DATA_SETTINGS: tuple[str, ...] = ("locomo", "audit", "synthetic_per_family", "dense", "query_swaps", "observation_queries",
                                   "train_hard_negatives", "train_bm25_negatives", "train_dense_negatives",
-                                  "relevance_context", "relevance_dated", "train_conversations", "calibration_conversations",
+                                  "relevance_context", "relevance_dated", "rename_speakers", "train_conversations", "calibration_conversations",
                                   "dev_conversations", "include")
 
 

@@ -51,6 +51,13 @@ RELEVANCE (state {"query", "memory"}; questions of categories 1-4 with evidence;
   the same activity apart; without it such negatives look like the gold turn. Labels are unchanged; the
   engine renders its candidates the same way when `EngineConfig.relevance_dated` is on. Noise: the date is
   the session's, and a turn may speak of an earlier day ("last night").
+- renamed speakers (`rename_speakers`, train split only, off by default): for that share of the questions
+  (drawn with a fixed seed per conversation), every relevance state of the question (gold, bridge and
+  negatives alike) has the conversation's two speakers replaced, whole words only, by two other first names
+  from the synthetic word banks, the same two throughout the question's states. The training conversations
+  have six speakers (two of them named John) and the held-out ones others; renaming makes matching the
+  query's person to the memory's speaker a skill rather than a memory of six names. Labels are unchanged.
+  Noise: a renamed name can clash with the gender of a pronoun, and third parties keep their names.
 STOPPING (state {"query", "evidence", "depth"}; evidence items `[date] Speaker: text`, shuffled)
 - all gold turns + BM25 distractors -> evidence_sufficient 1, continue_useful 0, missing_evidence 0.
 - some or all gold missing -> 0 / 1 / 1 (missing_evidence weight 0.7: the query's subject is often still
@@ -124,6 +131,7 @@ class LocomoRules:
     adjacency: int = 1  # turns this close to a gold turn are never negatives
     relevance_context: bool = False  # relevance states carry "previous", the turn before the memory (see below)
     relevance_dated: bool = False  # relevance memories carry their session date, `[8 May 2023] ...` (see below)
+    rename_speakers: float = 0.0  # train split only: share of questions whose relevance states rename the speakers (see below)
     stopping_max_items: int = 5
     stopping_insufficient: int = 2  # insufficient evidence sets per question
     pairs_same_session: int = 200  # candidate pairs per conversation, by source
@@ -137,6 +145,8 @@ class LocomoRules:
         for name, value in self.__dict__.items():
             if isinstance(value, (int, float)) and value < 0:
                 raise DataError(f"LocomoRules.{name} must be >= 0, got {value}")
+        if self.rename_speakers > 1:
+            raise DataError(f"LocomoRules.rename_speakers is a share in [0, 1], got {self.rename_speakers}")
 
 
 def turn_text(turn: Turn, *, dated: bool = False) -> str:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import random
+import re
 
 from controller.families import previous_text
 from data.builders.locomo import ConversationIndex, LocomoRules, turn_text
 from data.builders.text import content_tokens
 from data.locomo import Question, normalise_evidence
+from data.synthetic.banks import FEMALE, MALE
 from data.synthetic.emit import Emitter
 
 ANSWERABLE = (1, 2, 3, 4)  # adversarial questions (5) ask about things that did not happen to that person
@@ -56,6 +58,20 @@ def relevance_state(ix: ConversationIndex, query: str, turn: int, rules: LocomoR
     return state
 
 
+def speaker_renaming(speakers: tuple[str, str], rng: random.Random) -> dict[str, str]:
+    """{speaker: another first name} for both speakers: two distinct bank names that are neither speaker."""
+    pool = sorted(set(FEMALE + MALE) - set(speakers))
+    return dict(zip(speakers, rng.sample(pool, 2)))
+
+
+def renamed(state: dict[str, str], names: dict[str, str] | None) -> dict[str, str]:
+    """`state` with each whole-word occurrence of a key of `names` replaced by its value (text fields only)."""
+    if not names:
+        return state
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+    return {k: pattern.sub(lambda m: names[m.group(1)], v) if isinstance(v, str) else v for k, v in state.items()}
+
+
 def _ranked_negatives(ix: ConversationIndex, q: Question, blocked: set[int], taken: set[int], n_bm25: int,
                       n_dense: int) -> list[tuple[str, int]]:
     """The top `n_bm25` BM25 and then the top `n_dense` dense non-gold turns not blocked or taken (taken grows)."""
@@ -66,19 +82,28 @@ def _ranked_negatives(ix: ConversationIndex, q: Question, blocked: set[int], tak
 def relevance_examples(ix: ConversationIndex, emit: Emitter, rules: LocomoRules) -> None:
     rng = emit.rng
     n = len(ix.turns)
+    # its own generator, so that the other examples stay byte-identical with renaming on or off
+    rename_rng = random.Random(f"{rules.seed}:{ix.conv.sample_id}:rename")
     for q in ix.conv.questions:
         gold = _gold(ix, q)
         if q.category not in ANSWERABLE or not gold:
             continue
+        names = None
+        if rules.rename_speakers and emit.split == "train" and rename_rng.random() < rules.rename_speakers:
+            names = speaker_renaming(ix.conv.speakers, rename_rng)
+
+        def state(turn: int) -> dict[str, str]:
+            return renamed(relevance_state(ix, q.question, turn, rules), names)
+
         blocked = _blocked(gold, rules.adjacency, n)
         for g in gold:
             labels = {"relevant": 1, "bridge": 1} if len(gold) > 1 else {"relevant": 1}
-            emit.emit("relevance", relevance_state(ix, q.question, g, rules), labels, notes="locomo:gold")
+            emit.emit("relevance", state(g), labels, notes="locomo:gold")
         taken: set[int] = set()
         bridges = bridge_candidates(ix, gold, blocked)
         for i in rng.sample(bridges, min(rules.bridges, len(bridges))):
             taken.add(i)
-            emit.emit("relevance", relevance_state(ix, q.question, i, rules), {"relevant": 0, "bridge": 1},
+            emit.emit("relevance", state(i), {"relevant": 0, "bridge": 1},
                       weights={"bridge": 0.5, "relevant": 0.5}, notes="locomo:bridge")
         bridge_set = set(bridges)
         train = emit.split == "train"
@@ -92,7 +117,7 @@ def relevance_examples(ix: ConversationIndex, emit: Emitter, rules: LocomoRules)
             negatives += _ranked_negatives(ix, q, blocked, taken, rules.train_hard_negatives, rules.train_hard_negatives)
         for kind, i in negatives:
             bridge = int(i in bridge_set)
-            emit.emit("relevance", relevance_state(ix, q.question, i, rules), {"relevant": 0, "bridge": bridge},
+            emit.emit("relevance", state(i), {"relevant": 0, "bridge": bridge},
                       weights={"bridge": 0.5}, notes=f"locomo:{kind}")
     if rules.query_swaps and emit.split == "train":
         swapped_query_examples(ix, emit, rules, random.Random(f"{rules.seed}:{ix.conv.sample_id}:swap"))

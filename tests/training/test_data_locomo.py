@@ -388,3 +388,32 @@ def test_records_not_shaped_like_locomo_are_a_data_error_naming_the_record(tmp_p
     with pytest.raises(LocomoError, match="audit entry 0: missing 'question_id'"):
         load_locomo(path, audit=tmp_path / "audit.json")
     assert len(load_locomo(path, audit=audit)) == 4  # the well-formed fixture still loads
+
+
+def test_rename_speakers_renames_whole_questions_in_the_train_split_only(locomo: tuple) -> None:
+    conversations, _ = locomo
+    base = LocomoRules(pairs_random=30, pairs_same_session=20)
+    plain = build_locomo(conversations, SplitPlan(), rules=base)
+    renamed = build_locomo(conversations, SplitPlan(), rules=LocomoRules(**{**base.__dict__, "rename_speakers": 1.0}))
+    assert [(e.id, e.target, e.notes) for e in renamed] == [(e.id, e.target, e.notes) for e in plain]  # labels kept
+    speakers = set(conversations[2].speakers)  # conv-41, the train conversation: Edda and Fritjof
+    mapping_of: dict[str, set[tuple[str, str]]] = {}
+    for e, p in zip(renamed, plain):
+        if e.split != "train" or e.family != "relevance":
+            assert e.state == p.state  # held-out splits and the other families are untouched
+            continue
+        assert e.state.keys() == p.state.keys()
+        pairs = mapping_of.setdefault(p.state["query"], set())
+        for key in p.state:
+            old, new = re.findall(r"\w+|\W+", p.state[key]), re.findall(r"\w+|\W+", e.state[key])
+            assert len(old) == len(new)  # whole words replaced by whole words, nothing else changed
+            pairs.update((a, b) for a, b in zip(old, new) if a != b)
+    assert mapping_of
+    for pairs in mapping_of.values():  # one renaming per question, shared by its gold turns and negatives
+        assert {a for a, _ in pairs} <= speakers and len(pairs) == len(dict(pairs))
+        assert not {b for _, b in pairs} & speakers and len({b for _, b in pairs}) == len(pairs)
+    assert any(pairs for pairs in mapping_of.values())
+    off = build_locomo(conversations, SplitPlan(), rules=LocomoRules(**{**base.__dict__, "rename_speakers": 0.0}))
+    assert [e.to_json() for e in off] == [e.to_json() for e in plain]  # 0 is off
+    with pytest.raises(DataError, match="share"):
+        LocomoRules(rename_speakers=1.5)
