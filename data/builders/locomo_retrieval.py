@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
 
 from controller.families import previous_text
 from data.builders.locomo import ConversationIndex, LocomoRules, turn_text
@@ -58,18 +59,17 @@ def relevance_state(ix: ConversationIndex, query: str, turn: int, rules: LocomoR
     return state
 
 
-def speaker_renaming(speakers: tuple[str, str], rng: random.Random) -> dict[str, str]:
-    """{speaker: another first name} for both speakers: two distinct bank names that are neither speaker."""
+def speaker_renamer(speakers: tuple[str, str], rng: random.Random) -> Callable[[dict[str, str]], dict[str, str]]:
+    """A function renaming both speakers, whole words, in a state's text fields: each becomes one of two distinct
+    bank first names that are neither speaker (drawn from `rng` once, so every state it renames agrees)."""
     pool = sorted(set(FEMALE + MALE) - set(speakers))
-    return dict(zip(speakers, rng.sample(pool, 2)))
-
-
-def renamed(state: dict[str, str], names: dict[str, str] | None) -> dict[str, str]:
-    """`state` with each whole-word occurrence of a key of `names` replaced by its value (text fields only)."""
-    if not names:
-        return state
+    names = dict(zip(speakers, rng.sample(pool, 2)))
     pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
-    return {k: pattern.sub(lambda m: names[m.group(1)], v) if isinstance(v, str) else v for k, v in state.items()}
+
+    def rename(state: dict[str, str]) -> dict[str, str]:
+        return {k: pattern.sub(lambda m: names[m.group(1)], v) if isinstance(v, str) else v for k, v in state.items()}
+
+    return rename
 
 
 def _ranked_negatives(ix: ConversationIndex, q: Question, blocked: set[int], taken: set[int], n_bm25: int,
@@ -88,12 +88,13 @@ def relevance_examples(ix: ConversationIndex, emit: Emitter, rules: LocomoRules)
         gold = _gold(ix, q)
         if q.category not in ANSWERABLE or not gold:
             continue
-        names = None
+        rename = None
         if rules.rename_speakers and emit.split == "train" and rename_rng.random() < rules.rename_speakers:
-            names = speaker_renaming(ix.conv.speakers, rename_rng)
+            rename = speaker_renamer(ix.conv.speakers, rename_rng)
 
         def state(turn: int) -> dict[str, str]:
-            return renamed(relevance_state(ix, q.question, turn, rules), names)
+            plain = relevance_state(ix, q.question, turn, rules)
+            return rename(plain) if rename else plain
 
         blocked = _blocked(gold, rules.adjacency, n)
         for g in gold:
