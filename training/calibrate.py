@@ -25,7 +25,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from controller.calibration import Calibration, fit_temperatures, group_of, nll
+from controller.calibration import Calibration, fit_temperatures, group_of
+from controller.calibration_fit import nll
 from data.schema import DecisionExample
 from training.predict import Prediction
 

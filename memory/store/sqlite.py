@@ -21,8 +21,9 @@ import numpy as np
 
 from controller.lexical import ANALYZER
 from memory.store import sqlite_check as maintenance
+from memory.store import sqlite_queries as queries
 from memory.store import sqlite_schema as schema
-from memory.store._common import as_embedding, entity_key, entity_keys, fts_query, index_text, node_time, time_key
+from memory.store._common import as_embedding, entity_keys, index_text, node_time, time_key
 from memory.store.errors import (
     DuplicateNodeError,
     NodeNotFoundError,
@@ -107,12 +108,7 @@ class SQLiteStore:
         with self.transaction():
             if any(p.startswith("embeddings:") for p in problems):
                 raise StoreCorruptionError(problems)
-            if any(p.startswith("fts:") for p in problems):
-                maintenance.rebuild_fts(self._conn)
-            if any(p.startswith(("entities:", "edges:")) for p in problems):
-                maintenance.rebuild_links(self._conn)
-            if any(p.startswith("times:") for p in problems):
-                maintenance.rebuild_times(self._conn)
+            maintenance.repair_tables(self._conn, problems)
         if any(p.startswith("vectors:") for p in problems):
             self.rebuild_vectors()
         remaining = self.check()
@@ -160,16 +156,12 @@ class SQLiteStore:
         self._pending_bumps += 1
 
     def _seq_of(self, node_id: str) -> int | None:
-        row = self._conn.execute("SELECT seq FROM nodes WHERE id = ?", (node_id,)).fetchone()
-        return None if row is None else int(row[0])
+        return queries.seq_of(self._conn, node_id)
 
-    def _index_text(self, node: Node, seq: int) -> None:
-        self._conn.execute("INSERT INTO nodes_fts (rowid, body) VALUES (?, ?)", (seq, index_text(node.content, node_time(node))))
-
-    def _index_entities(self, node: Node) -> None:
+    def _index(self, node: Node) -> None:
+        """Write the node's derived rows: its FTS body, entity keys and time key."""
+        self._conn.execute("INSERT INTO nodes_fts (rowid, body) VALUES (?, ?)", (node.seq, index_text(node.content, node_time(node))))
         maintenance.insert_entities(self._conn, node.id, node.seq, entity_keys(node))
-
-    def _index_time(self, node: Node) -> None:
         maintenance.insert_time(self._conn, node.seq, node.kind, time_key(node_time(node)))
 
     # ------------------------------------------------------------------ nodes
@@ -188,28 +180,17 @@ class SQLiteStore:
                 f"INSERT INTO nodes ({schema.NODE_COLUMNS}, embedding) VALUES ({', '.join('?' * 15)})",
                 schema.node_row(node, vec),
             )
-            self._index_text(node, node.seq)
-            self._index_entities(node)
-            self._index_time(node)
+            self._index(node)
             self._vectors.add(node.seq, vec)
             self._bump_generation()
 
     def get_node(self, node_id: str) -> Node | None:
         with self._lock:
-            row = self._conn.execute(f"SELECT {schema.NODE_COLUMNS} FROM nodes WHERE id = ?", (node_id,)).fetchone()
-        return None if row is None else schema.row_node(row)
+            return queries.node(self._conn, node_id)
 
     def get_nodes(self, node_ids: Sequence[str]) -> list[Node]:
-        found: dict[str, Node] = {}
-        unique = list(dict.fromkeys(node_ids))
         with self._lock:
-            for start in range(0, len(unique), maintenance.PAGE):
-                chunk = unique[start : start + maintenance.PAGE]
-                sql = f"SELECT {schema.NODE_COLUMNS} FROM nodes WHERE id IN ({', '.join('?' * len(chunk))})"
-                for row in self._conn.execute(sql, chunk):
-                    node = schema.row_node(row)
-                    found[node.id] = node
-        return [found[i] for i in node_ids if i in found]
+            return queries.nodes(self._conn, node_ids)
 
     def update_node(self, node: Node, embedding: np.ndarray | None = None) -> None:
         vec = None if embedding is None else as_embedding(embedding, self.dim)
@@ -225,11 +206,9 @@ class SQLiteStore:
             sets = ", ".join(f"{c} = ?" for c in columns)
             self._conn.execute(f"UPDATE nodes SET {sets} WHERE id = ?", (*values, node.id))
             self._conn.execute("DELETE FROM nodes_fts WHERE rowid = ?", (seq,))
-            self._index_text(node, seq)
             self._conn.execute("DELETE FROM node_entities WHERE node_id = ?", (node.id,))
-            self._index_entities(node)
             self._conn.execute("DELETE FROM node_times WHERE seq = ?", (seq,))
-            self._index_time(node)
+            self._index(node)
             if vec is not None:
                 self._vectors.add(seq, vec)
                 self._bump_generation()
@@ -250,12 +229,11 @@ class SQLiteStore:
         last = -(2**63)
         while True:
             with self._lock:
-                sql = f"SELECT {schema.NODE_COLUMNS} FROM nodes WHERE seq > ? ORDER BY seq LIMIT {maintenance.PAGE}"
-                rows = self._conn.execute(sql, (last,)).fetchall()
-            if not rows:
+                page = queries.nodes_after(self._conn, last)
+            if not page:
                 return
-            yield from (schema.row_node(r) for r in rows)
-            last = rows[-1][0]
+            yield from page
+            last = page[-1].seq
 
     def count_nodes(self) -> int:
         with self._lock:
@@ -270,10 +248,7 @@ class SQLiteStore:
 
     def nodes_with_status(self, status: LinkStatus) -> list[str]:
         with self._lock:
-            rows = self._conn.execute(
-                "SELECT id FROM nodes WHERE link_status = ? ORDER BY seq", (LinkStatus(status).value,)
-            ).fetchall()
-        return [r[0] for r in rows]
+            return queries.with_status(self._conn, LinkStatus(status).value)
 
     # ------------------------------------------------------------------ edges
     def add_edge(self, edge: Edge) -> None:
@@ -293,48 +268,21 @@ class SQLiteStore:
             cur = self._conn.execute(sql, (src, dst, relation))
             return cur.rowcount > 0
 
-    def _edges(self, column: str, node_id: str, relations: Sequence[str] | None, order: str) -> list[Edge]:
-        sql = f"SELECT {schema.EDGE_COLUMNS} FROM edges WHERE {column} = ?"
-        params: list[str] = [node_id]
-        if relations is not None:
-            relations = list(dict.fromkeys(relations))
-            if not relations:
-                return []
-            sql += f" AND relation IN ({', '.join('?' * len(relations))})"
-            params += relations
-        with self._lock:
-            rows = self._conn.execute(f"{sql} ORDER BY {order}", params).fetchall()
-        return [schema.row_edge(r) for r in rows]
-
     def edges_from(self, node_id: str, relations: Sequence[str] | None = None) -> list[Edge]:
         """Outgoing edges ordered by (dst, relation)."""
-        return self._edges("src", node_id, relations, "dst, relation")
+        with self._lock:
+            return queries.edges(self._conn, "src", node_id, relations, "dst, relation")
 
     def edges_to(self, node_id: str, relations: Sequence[str] | None = None) -> list[Edge]:
         """Incoming edges (backlinks) ordered by (src, relation)."""
-        return self._edges("dst", node_id, relations, "src, relation")
+        with self._lock:
+            return queries.edges(self._conn, "dst", node_id, relations, "src, relation")
 
     def edges_touching(self, node_ids: Sequence[str], relations: Sequence[str] | None = None) -> list[Edge]:
         """Every edge with its src or dst among `node_ids`, once, ordered by (src, dst, relation): one query per
         end and page of ids instead of one per node."""
-        unique = list(dict.fromkeys(node_ids))
-        wanted = None if relations is None else list(dict.fromkeys(relations))
-        if wanted == []:
-            return []
-        found: dict[tuple[str, str, str], Edge] = {}
         with self._lock:
-            for column in ("src", "dst"):
-                for start in range(0, len(unique), maintenance.PAGE):
-                    chunk = unique[start : start + maintenance.PAGE]
-                    sql = f"SELECT {schema.EDGE_COLUMNS} FROM edges WHERE {column} IN ({', '.join('?' * len(chunk))})"
-                    params = list(chunk)
-                    if wanted is not None:
-                        sql += f" AND relation IN ({', '.join('?' * len(wanted))})"
-                        params += wanted
-                    for row in self._conn.execute(sql, params):
-                        edge = schema.row_edge(row)
-                        found[(edge.src, edge.dst, edge.relation)] = edge
-        return [found[k] for k in sorted(found)]
+            return queries.edges_touching(self._conn, node_ids, relations)
 
     def remove_edges(self, node_id: str, origin: EdgeOrigin) -> int:
         """Remove the edges of `origin` touching `node_id` in either direction; returns how many."""
@@ -345,66 +293,35 @@ class SQLiteStore:
 
     def count_edges(self) -> dict[str, int]:
         with self._lock:
-            sql = "SELECT relation, COUNT(*) FROM edges GROUP BY relation ORDER BY relation"
-            rows = self._conn.execute(sql).fetchall()
-        return {r[0]: int(r[1]) for r in rows}
+            return queries.edge_counts(self._conn)
 
     # ------------------------------------------------------------------ retrieval channels
-    def _ids_by_seq(self, seqs: Sequence[int]) -> dict[int, str]:
-        if not seqs:
-            return {}
-        sql = f"SELECT seq, id FROM nodes WHERE seq IN ({', '.join('?' * len(seqs))})"
-        return {int(s): i for s, i in self._conn.execute(sql, list(seqs))}
-
     def vector_search(self, query: np.ndarray, k: int) -> list[tuple[str, float]]:
         q = as_embedding(query, self.dim)
         with self._lock:
             hits = self._vectors.search(q, k)
-            ids = self._ids_by_seq([s for s, _ in hits])
+            ids = queries.ids_by_seq(self._conn, [s for s, _ in hits])
         return [(ids[s], score) for s, score in hits if s in ids]
 
     def text_search(self, query: str, k: int) -> list[tuple[str, float]]:
         """BM25 via FTS5 `bm25()` (k1=1.2, b=0.75); the MATCH expression is built from quoted tokens only."""
-        match = fts_query(query)
-        if not match or k <= 0:
-            return []
         with self._lock:
-            rows = self._conn.execute(
-                "SELECT rowid, bm25(nodes_fts) AS rank FROM nodes_fts WHERE nodes_fts MATCH ? "
-                "ORDER BY rank, rowid LIMIT ?",
-                (match, k),
-            ).fetchall()
-            ids = self._ids_by_seq([int(r[0]) for r in rows])
-        return [(ids[int(s)], -float(rank)) for s, rank in rows if int(s) in ids]
+            return queries.text_hits(self._conn, query, k)
 
     def nodes_with_entity(self, entity: str, limit: int) -> list[str]:
         """Nodes carrying `entity` (case-insensitive), most recent (highest seq) first."""
-        if limit <= 0:
-            return []
         with self._lock:
-            sql = "SELECT node_id FROM node_entities WHERE entity = ? ORDER BY seq DESC LIMIT ?"
-            rows = self._conn.execute(sql, (entity_key(entity), limit)).fetchall()
-        return [r[0] for r in rows]
+            return queries.entity_nodes(self._conn, entity, limit)
 
     def nodes_near_time(self, seq: int, window: int) -> list[str]:
         """Nodes whose seq differs from `seq` by 1..window, nearest first (earlier first on ties)."""
-        if window <= 0:
-            return []
         with self._lock:
-            rows = self._conn.execute(
-                "SELECT seq, id FROM nodes WHERE seq BETWEEN ? AND ? AND seq != ?", (seq - window, seq + window, seq)
-            ).fetchall()
-        return [i for s, i in sorted(rows, key=lambda r: (abs(r[0] - seq), r[0]))]
+            return queries.near_seq(self._conn, seq, window)
 
     def nearest_in_time(self, when: datetime, seq: int, *, after: bool, kind: str) -> str | None:
-        """The node of `kind` just before / after (when, seq) in (time, seq) order: one row of the
-        (kind, time, seq) index of `node_times`."""
-        op, order = (">", "ASC") if after else ("<", "DESC")
-        sql = (f"SELECT n.id FROM node_times t JOIN nodes n ON n.seq = t.seq "
-               f"WHERE t.kind = ? AND (t.time, t.seq) {op} (?, ?) ORDER BY t.time {order}, t.seq {order} LIMIT 1")
+        """The node of `kind` just before / after (when, seq) in (time, seq) order."""
         with self._lock:
-            row = self._conn.execute(sql, (kind, time_key(when), seq)).fetchone()
-        return None if row is None else str(row[0])
+            return queries.nearest_in_time(self._conn, when, seq, after=after, kind=kind)
 
     def embedding(self, node_id: str) -> np.ndarray | None:
         with self._lock:

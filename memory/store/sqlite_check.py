@@ -28,6 +28,17 @@ def pages(conn: sqlite3.Connection, select: str) -> Iterator[list[Any]]:
         last = rows[-1][0]
 
 
+def repair_tables(conn: sqlite3.Connection, problems: list[str]) -> None:
+    """Rebuild the derived tables `problems` name (FTS rows, entity and edge links, times); the vector index is
+    the store's own to rebuild."""
+    if any(p.startswith("fts:") for p in problems):
+        rebuild_fts(conn)
+    if any(p.startswith(("entities:", "edges:")) for p in problems):
+        rebuild_links(conn)
+    if any(p.startswith("times:") for p in problems):
+        rebuild_times(conn)
+
+
 def find_problems(conn: sqlite3.Connection, dim: int, vector_ids: set[int] | None) -> list[str]:
     """Problems in the database (and, given its ids, the vector index). Empty list = consistent."""
     problems: list[str] = []

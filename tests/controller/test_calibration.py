@@ -102,7 +102,7 @@ def test_catalogue_families_get_their_own_temperature_when_they_have_the_data(tm
 
 
 def test_family_nouls_get_a_platt_bias_that_undoes_a_shift(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from controller.calibration import fit_platt, noul_nll
+    from controller.calibration_fit import fit_platt, noul_nll
 
     rng = np.random.default_rng(2)
     z = rng.normal(0, 2, size=4000)
@@ -128,14 +128,14 @@ def test_family_nouls_get_a_platt_bias_that_undoes_a_shift(tmp_path) -> None:  #
 
 
 def test_platt_handles_separable_data_without_diverging() -> None:
-    from controller.calibration import MAX_T, MIN_T, fit_platt
+    from controller.calibration_fit import MAX_T, MIN_T, fit_platt
 
     t, b = fit_platt([-3.0, -2.0, 2.0, 3.0], [0.0, 0.0, 1.0, 1.0])
     assert MIN_T <= t <= MAX_T and math.isfinite(b)
 
 
 def test_a_bias_that_does_not_carry_over_across_sources_is_dropped() -> None:
-    from controller.calibration import bias_carries_over
+    from controller.calibration_fit import bias_carries_over
 
     rng = np.random.default_rng(3)
     z = rng.normal(0, 2, size=2000)
