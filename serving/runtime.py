@@ -50,7 +50,8 @@ class MemoryService:
 
     @classmethod
     async def open(cls, settings: Settings, backend: Backend, batcher: Batcher) -> MemoryService:
-        """Open the engine at `settings.memory_db` (`:memory:` for an in-memory store) on the memory thread."""
+        """Open the engine at `settings.memory_db` (`:memory:` for an in-memory store) on the memory thread, and
+        embed one text there so the embedder's model is loaded before the server reports ready."""
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jevmem-memory")
         queued = QueuedBackend(backend, batcher, asyncio.get_running_loop(), timeout_s=max(60.0, settings.request_timeout_s))
         path = None if settings.memory_db == ":memory:" else settings.memory_db
@@ -59,7 +60,13 @@ class MemoryService:
             from memory.engine import Engine
             from memory.store.sqlite_schema import resolve_embedder
 
-            return Engine.open(path, controller=queued, embedder=resolve_embedder(path, settings.embedder))
+            engine = Engine.open(path, controller=queued, embedder=resolve_embedder(path, settings.embedder))
+            try:  # load the embedder now: /readyz waits for it, and a broken one stops the start, not the first write
+                engine.embedder.embed([WARMUP_STATE])
+            except BaseException:
+                engine.close()
+                raise
+            return engine
 
         engine = await asyncio.get_running_loop().run_in_executor(executor, _open)
         return cls(engine, executor, owns_engine=True)

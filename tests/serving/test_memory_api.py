@@ -379,3 +379,26 @@ async def test_head_on_the_memory_api_answers_like_get(fake_memory: tuple[httpx2
         get, head = await client.get(path), await client.head(path)
         assert get.status_code == head.status_code == status, head.text
         assert head.headers["content-type"] == get.headers["content-type"]
+
+
+def test_the_embedder_is_loaded_before_the_server_is_ready(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model embedder loads on its first call: the server makes that call at start-up, so the first write
+    does not pay for it and a broken embedder fails the start instead of a write."""
+    from fastapi.testclient import TestClient
+
+    from controller.embedding import HashingEmbedder
+
+    calls: list[list[str]] = []
+    real = HashingEmbedder.embed
+    monkeypatch.setattr(HashingEmbedder, "embed", lambda self, texts: calls.append(list(texts)) or real(self, texts))
+    settings = Settings.from_env(memory_db=str(tmp_path / "m.sqlite"), embedder="hashing", warmup=False)  # no controller call embeds
+    with TestClient(create_app(settings)) as client:
+        assert calls == [["warm-up"]]  # at start-up, before any request
+        assert client.get(f"{M}/stats").json()["nodes"] == 0  # the warm-up stores nothing
+
+    def broken(self: HashingEmbedder, texts: list[str]) -> None:
+        raise RuntimeError("no model files")
+
+    monkeypatch.setattr(HashingEmbedder, "embed", broken)
+    with pytest.raises(RuntimeError, match="no model files"), TestClient(create_app(settings)):
+        pass
