@@ -68,7 +68,11 @@ class MemoryService:
                 raise
             return engine
 
-        engine = await asyncio.get_running_loop().run_in_executor(executor, _open)
+        try:
+            engine = await asyncio.get_running_loop().run_in_executor(executor, _open)
+        except BaseException:
+            executor.shutdown(wait=False)  # a failed open leaves no idle memory thread behind
+            raise
         return cls(engine, executor, owns_engine=True)
 
     async def close(self) -> None:

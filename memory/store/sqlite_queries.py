@@ -79,9 +79,10 @@ def edges_touching(conn: sqlite3.Connection, node_ids: Sequence[str], relations:
     wanted = None if relations is None else list(dict.fromkeys(relations))
     if wanted == []:
         return []
+    unique = list(dict.fromkeys(node_ids))
     found: dict[tuple[str, str, str], Edge] = {}
     for column in ("src", "dst"):
-        for chunk in _chunks(list(dict.fromkeys(node_ids))):
+        for chunk in _chunks(unique):
             sql = f"SELECT {schema.EDGE_COLUMNS} FROM edges WHERE {column} IN ({_marks(len(chunk))})"
             params = list(chunk)
             if wanted is not None:
