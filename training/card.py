@@ -49,13 +49,18 @@ def _states_text(states: dict[str, bool]) -> str:
             "as training did")
 
 
+def _sources_text(spec: dict[str, Any]) -> str:
+    counts = spec.get("examples_by_source") or {}
+    return f" ({', '.join(f'{n:,} {k}' for k, n in counts.items())} training examples)" if counts else ""
+
+
 def _specialist_lines(spec: dict[str, Any]) -> list[str]:
     if not spec:
         return []
     config = spec.get("config") or {}
     return [
         f"- **{spec['family']} specialist** (`specialists/{spec['family']}`, hash `{str(spec.get('artifact_hash'))[:12]}`): a second "
-        f"adapter ({_lora_text(config)}) and heads fitted on the {spec['family']} family alone, {spec.get('steps_done')} steps "
+        f"adapter ({_lora_text(config)}) and heads fitted on the {spec['family']} family alone{_sources_text(spec)}, {spec.get('steps_done')} steps "
         f"(planned {config.get('steps')}), {spec.get('labels_seen')} labels seen, calibrated on that family's calibration split "
         f"(temperatures {json.dumps((spec.get('calibration') or {}).get('family_temperatures'))}, Noul biases "
         f"{json.dumps((spec.get('calibration') or {}).get('family_biases') or {})}){_listwise_text(config)}. Every request whose "

@@ -53,6 +53,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="LoRA on the specialist's top N encoder layers only (0: all)")
     p.add_argument("--specialist-max-minutes", type=float, default=PipelineConfig.specialist_max_minutes,
                    help="stop the specialist's fit after this many minutes (0: no limit)")
+    p.add_argument("--specialist-sources", type=conversation_ids, default=PipelineConfig.specialist_sources,
+                   help="comma-separated data sources the specialist is fitted on (locomo, synthetic, teacher; default: all)")
     p.add_argument("--calibration-bias", action=argparse.BooleanOptionalAction, default=PipelineConfig.calibration_bias,
                    help="fit a Noul bias beside each temperature where it survives cross-validation (default on)")
     p.add_argument("--calibration-folds", choices=("source", "group"), default=PipelineConfig.calibration_folds,
@@ -125,7 +127,7 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
         calibration_folds=args.calibration_folds, calibration_keep_raw=args.calibration_keep_raw,
         calibration_prior=args.calibration_prior,
         specialist=args.specialist, specialist_steps=args.specialist_steps, specialist_lora_layers=args.specialist_lora_layers,
-        specialist_max_minutes=args.specialist_max_minutes,
+        specialist_max_minutes=args.specialist_max_minutes, specialist_sources=tuple(args.specialist_sources),
         progress=not args.no_progress, command=command, **extra,
     )
 

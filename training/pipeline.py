@@ -96,7 +96,7 @@ def stage_fit_specialist(cfg: PipelineConfig, *, resume: bool = False) -> dict[s
 
     from controller.specialists import write_index
     from training.sampling import prepare_requests
-    from training.specialist import SPECIALIST_DIR, fit_specialist, specialist_fit_config
+    from training.specialist import SPECIALIST_DIR, fit_specialist, specialist_examples, specialist_fit_config
 
     if not cfg.specialist:
         write_index(cfg.model, {})
@@ -107,13 +107,17 @@ def stage_fit_specialist(cfg: PipelineConfig, *, resume: bool = False) -> dict[s
     if cfg.specialist not in FAMILIES:
         raise PipelineError(f"unknown specialist family {cfg.specialist!r}; families: {', '.join(FAMILIES)}")
     require_model(cfg)
-    examples = [e for e in split_examples(cfg, "train") if e.family == cfg.specialist]
+    examples = specialist_examples(split_examples(cfg, "train"), cfg.specialist, cfg.specialist_sources)
+    sources: dict[str, int] = {}
+    for e in examples:
+        sources[e.source] = sources.get(e.source, 0) + 1
     requests, _ = prepare_requests(examples, tokenizer(cfg), max_questions=cfg.max_questions,
                                    noul_as_choice_rate=cfg.noul_as_choice_rate, seed=cfg.fit.seed)
     config = specialist_fit_config(cfg.fit, steps=cfg.specialist_steps, lora_layers=cfg.specialist_lora_layers,
                                    max_minutes=cfg.specialist_max_minutes)
-    return fit_specialist(requests, config, cfg.run / f"fit-{cfg.specialist}", cfg.model, cfg.specialist,
-                          base_path=cfg.base_path, resume=resume, progress=cfg.progress)
+    summary = fit_specialist(requests, config, cfg.run / f"fit-{cfg.specialist}", cfg.model, cfg.specialist,
+                             base_path=cfg.base_path, resume=resume, progress=cfg.progress)
+    return {**summary, "examples_by_source": dict(sorted(sources.items()))}
 
 
 def stage_fit_embedder(cfg: PipelineConfig) -> dict[str, Any]:

@@ -37,6 +37,19 @@ def specialist_fit_config(main: FitConfig, *, steps: int, lora_layers: int, max_
     return replace(main, steps=steps, lora_layers=lora_layers, max_minutes=max_minutes, family_boost="")
 
 
+def specialist_examples(examples: Sequence[Any], family: str, sources: Sequence[str] = ()) -> list[Any]:
+    """The training examples of `family`'s specialist: that family's, and with `sources` only those whose source up
+    to its first ":" is one of them ("synthetic" keeps "synthetic:typing", "locomo" keeps "locomo").
+    `PipelineError` when nothing is left."""
+    from training.errors import PipelineError
+
+    chosen = [e for e in examples if e.family == family and (not sources or e.source.partition(":")[0] in sources)]
+    if not chosen:
+        where = f" from the sources {', '.join(sources)}" if sources else ""
+        raise PipelineError(f"no training examples of family {family!r}{where} for its specialist")
+    return chosen
+
+
 def routed_to(request: LabeledRequest, family: str) -> bool:
     """Whether `family`'s specialist answers this request in training, calibration and evaluation: all its
     labels are of that family. Serving routes on the catalogue and, for other wordings, on the state's shape

@@ -254,6 +254,7 @@ def test_cli_keeps_build_data_and_adds_the_stages() -> None:
     (["fit", "--family-boost", "relevence=2"], "unknown families in --family-boost: relevence"),
     (["all", "--noul-as-choice-rate", "1.5"], "noul_as_choice_rate"),
     (["fit-specialist", "--specialist", "relevance", "--specialist-steps", "0"], "specialist_steps"),
+    (["fit-specialist", "--specialist", "relevance", "--specialist-sources", "synthetic:typing"], "without ':'"),
     (["ood", "--items", "0"], "items"),
 ])
 def test_bad_flag_values_are_a_message_and_exit_code_2(argv, message, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -461,3 +462,35 @@ def test_served_relevance_reads_paraphrases_from_the_specialist(specialist_run) 
     probs = [r.probabilities[0][0] for r in alone.answer([BackendRequest(e.state, tuple(normalize_questions({"q": e.question}).values())) for e in other])]
     assert table["other wording"] == pytest.approx(auroc(probs, [int(float(e.target) >= 0.5) for e in other]))
     assert "| model (as served) |" in format_served({"m": table})
+
+
+def test_the_specialist_can_be_fitted_on_chosen_data_sources_only() -> None:
+    from types import SimpleNamespace
+
+    from training.errors import PipelineError
+    from training.specialist import specialist_examples
+
+    pool = [SimpleNamespace(family=f, source=s) for f, s in [("relevance", "locomo"), ("relevance", "synthetic:relevance"),
+                                                              ("relevance", "teacher:big"), ("pair", "locomo")]]
+    assert [e.source for e in specialist_examples(pool, "relevance")] == ["locomo", "synthetic:relevance", "teacher:big"]
+    assert [e.source for e in specialist_examples(pool, "relevance", ("locomo",))] == ["locomo"]
+    assert [e.source for e in specialist_examples(pool, "relevance", ("synthetic", "teacher"))] == ["synthetic:relevance", "teacher:big"]
+    with pytest.raises(PipelineError, match="no training examples of family 'relevance' from the sources synthe"):
+        specialist_examples(pool, "relevance", ("synthe",))  # a source's name, not a prefix of it
+    with pytest.raises(PipelineError, match="without ':'"):
+        PipelineConfig(specialist_sources=("synthetic:relevance",))
+
+
+def test_a_specialist_on_a_source_the_data_lacks_is_refused_and_the_old_one_kept(specialist_run, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from controller.specialists import read_index
+
+    cfg, metrics = specialist_run
+    assert set(metrics["specialist"]["examples_by_source"]) == {"synthetic:relevance"}  # the fixture's data has no LoCoMo
+    shutil.copytree(cfg.model, tmp_path / "model")
+    before = read_index(tmp_path / "model")
+    spec = replace(cfg, run_dir=str(tmp_path / "run"), model_dir=str(tmp_path / "model"), specialist_sources=("locomo",))
+    with pytest.raises(Exception, match="from the sources locomo"):
+        run_stage(spec, "fit_specialist")
+    assert read_index(tmp_path / "model") == before and not (tmp_path / "run" / "fit-relevance").exists()
