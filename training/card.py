@@ -264,7 +264,9 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
 
 def _stage_times(seconds: dict[str, float]) -> str:
     """`build_data 46 s, fit 50.3 min, ...` in pipeline order (`not recorded` when empty)."""
-    order = ("build_data", "fit", "fit_specialist", "fit_embedder", "calibrate", "evaluate", "export")
+    from training.pipeline_config import STAGES
+
+    order = STAGES
     keys = [k for k in order if k in seconds] + sorted(set(seconds) - set(order))
     parts = [f"{k} {seconds[k] / 60:.1f} min" if seconds[k] >= 600 else f"{k} {seconds[k]:.0f} s" for k in keys]
     return (", ".join(parts) + f"; {sum(seconds.values()) / 60:.1f} min in all") if parts else "not recorded"

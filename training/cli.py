@@ -101,6 +101,10 @@ def add_parser(sub: Any) -> None:
                    help="comma-separated LoCoMo sample ids held out for calibration (default conv-44; empty: none, so "
                         "the LoCoMo questions are calibrated on synthetic data alone)")
     add_include(p)
+    p.add_argument("--total-minutes", type=float, default=PipelineConfig.total_minutes,
+                   help="the whole run's time budget: the specialist's fit is cut short to end within it (0: none)")
+    p.add_argument("--finish-minutes", type=float, default=PipelineConfig.finish_minutes,
+                   help="minutes of the budget kept for calibrate, evaluate and export")
     p.add_argument("--skip-data", action="store_true", help="reuse the data already under --data-dir")
     p.add_argument("--resume", action="store_true", help="resume the fit stage from its latest checkpoint")
     p.set_defaults(handler=run, stage="all")
@@ -129,6 +133,7 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
         specialist=args.specialist, specialist_steps=args.specialist_steps, specialist_lora_layers=args.specialist_lora_layers,
         specialist_max_minutes=args.specialist_max_minutes, specialist_sources=tuple(args.specialist_sources),
         progress=not args.no_progress, command=command, **extra,
+        **{k: getattr(args, k) for k in ("total_minutes", "finish_minutes") if hasattr(args, k)},
     )
 
 

@@ -4,10 +4,10 @@
     run_all(cfg)
 
 Stages read and write files only, so each also runs alone (`python -m training fit|calibrate|evaluate|export`):
-data -> `run_dir/data/*.jsonl`; fit -> the model directory (adapter + heads + config, identity calibration)
+data -> `run_dir/data/*.jsonl`; fit_embedder -> the retrieval embedder's adapter under `model_dir/embedder`
+(`training.embedder`, LoCoMo train conversations only); fit -> the model directory (adapter + heads + config, identity calibration)
 with checkpoints and loss logs under `run_dir`; fit_specialist -> the configured family's specialist under
-the model directory (or removes a stale one); fit_embedder -> the retrieval embedder's adapter under
-`model_dir/embedder` (`training.embedder`, LoCoMo train conversations only); calibrate -> `model_dir/calibration.json`; evaluate ->
+the model directory (or removes a stale one); calibrate -> `model_dir/calibration.json`; evaluate ->
 `run_dir/evaluation.json` + reliability diagrams; export -> `run_dir/model.onnx` + a parity check.
 After each stage `metrics.json` and `MODEL_CARD.md` in the model directory are rewritten from the records.
 """
@@ -18,7 +18,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -339,18 +339,38 @@ def _forget(cfg: PipelineConfig, stages: tuple[str, ...]) -> None:
         (cfg.run / "evaluation.json").unlink(missing_ok=True)
 
 
+def within_budget(cfg: PipelineConfig, elapsed_minutes: float) -> PipelineConfig:
+    """`cfg` with the specialist's fit capped so the run ends within `cfg.total_minutes`: at most what is left
+    after `elapsed_minutes` and the `finish_minutes` kept for the stages after it (never under one minute, with a
+    warning), and never above its own cap. Unchanged without a budget or a specialist."""
+    if not cfg.total_minutes or not cfg.specialist:
+        return cfg
+    left = cfg.total_minutes - elapsed_minutes - cfg.finish_minutes
+    own = cfg.specialist_max_minutes or float("inf")
+    if left >= own:
+        return cfg
+    if left < 1.0:
+        log.warning("the %.1f-minute budget is spent after %.1f minutes; the specialist's fit gets one minute", cfg.total_minutes, elapsed_minutes)
+    cap = round(max(left, 1.0), 2)
+    log.info("time budget: the specialist's fit is capped at %.2f minutes (its own cap %s)", cap, cfg.specialist_max_minutes or "none")
+    return replace(cfg, specialist_max_minutes=cap)
+
+
 def run_all(cfg: PipelineConfig, *, skip_data: bool = False, resume: bool = False) -> dict[str, Any]:
-    """Every stage in order; returns the final metrics. The run's recipe (`pipeline_config.json`) is this one."""
+    """Every stage in order; returns the final metrics. The run's recipe (`pipeline_config.json`) is this one;
+    a stage that the time budget shortened records the change (`config_changes` in stages.json)."""
+    began = time.perf_counter()
     cfg.run.mkdir(parents=True, exist_ok=True)
     write_json(cfg.run / "pipeline_config.json", cfg.to_json())
     for stage in STAGES:
         if stage == "build_data" and skip_data:
             continue
-        run_stage(cfg, stage, **({"resume": resume} if stage in ("fit", "fit_specialist") else {}))
+        stage_cfg = within_budget(cfg, (time.perf_counter() - began) / 60) if stage == "fit_specialist" else cfg
+        run_stage(stage_cfg, stage, **({"resume": resume} if stage in ("fit", "fit_specialist") else {}))
     from training.report import read_json
 
     return read_json(cfg.model / "metrics.json", {})
 
 
-__all__ = ["run_all", "run_stage", "stage_build_data", "stage_calibrate", "stage_evaluate", "stage_export", "stage_fit",
+__all__ = ["run_all", "run_stage", "within_budget", "stage_build_data", "stage_calibrate", "stage_evaluate", "stage_export", "stage_fit",
            "stage_fit_embedder", "stage_fit_specialist"]

@@ -18,7 +18,9 @@ from training.errors import PipelineError
 from training.trainer import FitConfig
 
 log = logging.getLogger(__name__)
-STAGES: tuple[str, ...] = ("build_data", "fit", "fit_specialist", "fit_embedder", "calibrate", "evaluate", "export")
+# The time-capped fits run last before the finishing stages, so a run's time budget (`total_minutes`) can shorten
+# the last of them by what the earlier stages overran.
+STAGES: tuple[str, ...] = ("build_data", "fit_embedder", "fit", "fit_specialist", "calibrate", "evaluate", "export")
 CALIBRATION_PRIORS: tuple[str, ...] = ("pooled", "fitted", "calibration")
 
 
@@ -55,6 +57,11 @@ class PipelineConfig:
     # to its first ":"); empty: every source. The main fit is not affected. docs/EXPERIMENTS.md row "a LoCoMo-only
     # relevance specialist": dropping the synthetic relevance examples raised conv-44 AUROC in two seeds.
     specialist_sources: tuple[str, ...] = ()
+    # `run_all`'s time budget for the whole run (0: none): the specialist's fit is capped at what is left of it
+    # after the stages before it, less `finish_minutes` kept for calibrate, evaluate and export (7.1 min on a slow
+    # day of the 2-core machine, 6.2 on a normal one), so a slower machine shortens that fit, not the budget.
+    total_minutes: float = 0.0
+    finish_minutes: float = 8.0
     max_questions: int = 8  # questions per packed training request
     noul_as_choice_rate: float = 0.05  # training Nouls also asked as the equivalent yes/no Choice
     calibration_states: int = 0  # calibration-split states per family (0: all)
@@ -85,7 +92,7 @@ class PipelineConfig:
         for name in ("specialist_steps", "max_questions"):
             if getattr(self, name) < 1:
                 raise PipelineError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("specialist_lora_layers", "specialist_max_minutes", "prior_min_examples", "synthetic_per_family"):
+        for name in ("specialist_lora_layers", "specialist_max_minutes", "prior_min_examples", "synthetic_per_family", "total_minutes", "finish_minutes"):
             if getattr(self, name) < 0:
                 raise PipelineError(f"{name} must be >= 0, got {getattr(self, name)}")
         if any(not source or ":" in source for source in self.specialist_sources):

@@ -494,3 +494,36 @@ def test_a_specialist_on_a_source_the_data_lacks_is_refused_and_the_old_one_kept
     with pytest.raises(Exception, match="from the sources locomo"):
         run_stage(spec, "fit_specialist")
     assert read_index(tmp_path / "model") == before and not (tmp_path / "run" / "fit-relevance").exists()
+
+
+def test_the_time_budget_shortens_only_the_specialists_fit() -> None:
+    from training.pipeline import within_budget
+
+    cfg = PipelineConfig(specialist="relevance", specialist_max_minutes=22.0, total_minutes=59.5, finish_minutes=8.0)
+    assert within_budget(cfg, 29.5) == cfg  # 59.5 - 29.5 - 8 = 22 left: its own cap holds
+    assert within_budget(cfg, 31.4).specialist_max_minutes == pytest.approx(20.1)
+    assert within_budget(cfg, 58.0).specialist_max_minutes == 1.0  # spent: one minute, never 0 (which means no cap)
+    uncapped = PipelineConfig(specialist="relevance", total_minutes=40.0)
+    assert within_budget(uncapped, 10.0).specialist_max_minutes == pytest.approx(22.0)
+    assert within_budget(PipelineConfig(specialist="relevance", specialist_max_minutes=22.0), 58.0).specialist_max_minutes == 22.0
+    assert within_budget(PipelineConfig(total_minutes=10.0), 58.0) == PipelineConfig(total_minutes=10.0)
+    with pytest.raises(Exception, match="total_minutes must be >= 0"):
+        PipelineConfig(total_minutes=-1.0)
+
+
+def test_the_capped_fits_run_last_before_the_finishing_stages() -> None:
+    assert STAGES[-3:] == ("calibrate", "evaluate", "export") and STAGES[-5:-3] == ("fit", "fit_specialist")
+
+
+def test_make_train_records_a_shortened_specialist_fit(pipeline_run, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    cfg, _ = pipeline_run
+    shutil.copytree(cfg.model, tmp_path / "model")
+    budget = replace(cfg, run_dir=str(tmp_path / "run"), model_dir=str(tmp_path / "model"), data_dir=str(cfg.data),
+                     specialist="relevance", specialist_steps=2, specialist_max_minutes=30.0, total_minutes=25.0, finish_minutes=4.0)
+    run_all(budget, skip_data=True)
+    stages = json.loads((tmp_path / "run" / "stages.json").read_text())
+    assert 20.0 < stages["fit_specialist"]["config_changes"]["specialist_max_minutes"] <= 21.0  # 25 - 4 - elapsed
+    assert json.loads((tmp_path / "run" / "pipeline_config.json").read_text())["specialist_max_minutes"] == 30.0
+    assert "config_changes" not in stages["fit"]
