@@ -266,8 +266,7 @@ def _stage_times(seconds: dict[str, float]) -> str:
     """`build_data 46 s, fit 50.3 min, ...` in pipeline order (`not recorded` when empty)."""
     from training.pipeline_config import STAGES
 
-    order = STAGES
-    keys = [k for k in order if k in seconds] + sorted(set(seconds) - set(order))
+    keys = [k for k in STAGES if k in seconds] + sorted(set(seconds) - set(STAGES))
     parts = [f"{k} {seconds[k] / 60:.1f} min" if seconds[k] >= 600 else f"{k} {seconds[k]:.0f} s" for k in keys]
     return (", ".join(parts) + f"; {sum(seconds.values()) / 60:.1f} min in all") if parts else "not recorded"
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -108,16 +109,13 @@ def stage_fit_specialist(cfg: PipelineConfig, *, resume: bool = False) -> dict[s
         raise PipelineError(f"unknown specialist family {cfg.specialist!r}; families: {', '.join(FAMILIES)}")
     require_model(cfg)
     examples = specialist_examples(split_examples(cfg, "train"), cfg.specialist, cfg.specialist_sources)
-    sources: dict[str, int] = {}
-    for e in examples:
-        sources[e.source] = sources.get(e.source, 0) + 1
     requests, _ = prepare_requests(examples, tokenizer(cfg), max_questions=cfg.max_questions,
                                    noul_as_choice_rate=cfg.noul_as_choice_rate, seed=cfg.fit.seed)
     config = specialist_fit_config(cfg.fit, steps=cfg.specialist_steps, lora_layers=cfg.specialist_lora_layers,
                                    max_minutes=cfg.specialist_max_minutes)
     summary = fit_specialist(requests, config, cfg.run / f"fit-{cfg.specialist}", cfg.model, cfg.specialist,
                              base_path=cfg.base_path, resume=resume, progress=cfg.progress)
-    return {**summary, "examples_by_source": dict(sorted(sources.items()))}
+    return {**summary, "examples_by_source": dict(sorted(Counter(e.source for e in examples).items()))}
 
 
 def stage_fit_embedder(cfg: PipelineConfig) -> dict[str, Any]:

@@ -58,8 +58,8 @@ class PipelineConfig:
     # relevance specialist": dropping the synthetic relevance examples raised conv-44 AUROC in two seeds.
     specialist_sources: tuple[str, ...] = ()
     # `run_all`'s time budget for the whole run (0: none): the specialist's fit is capped at what is left of it
-    # after the stages before it, less `finish_minutes` kept for calibrate, evaluate and export (7.1 min on a slow
-    # day of the 2-core machine, 6.2 on a normal one), so a slower machine shortens that fit, not the budget.
+    # after the stages before it, less `finish_minutes` kept for calibrate, evaluate and export (7.1-7.7 min on
+    # slow days of the 2-core machine, 6.2 on a normal one), so a slower machine shortens that fit, not the budget.
     total_minutes: float = 0.0
     finish_minutes: float = 8.0
     max_questions: int = 8  # questions per packed training request
