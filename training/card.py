@@ -37,6 +37,17 @@ def _stage_changes_lines(changes: dict[str, dict[str, Any]]) -> list[str]:
     return out
 
 
+def _repeatable_text(fits: dict[str, dict[str, Any]]) -> str:
+    """Whether a rerun of the recipe computes these weights: only if every fit ran all its planned steps (a step is a
+    function of seed and step; a fit stopped by its minute cap stops elsewhere on a faster or slower machine)."""
+    short = [f"{name} stopped by its minute cap at step {fit.get('steps_done')} of {(fit.get('config') or {}).get('steps')}"
+             for name, fit in fits.items() if fit and fit.get("completed") is False]
+    if short:
+        return ("- repeatable: no, " + "; ".join(short) + ", so a rerun on a machine of another speed fits other weights")
+    return ("- repeatable: every fit ran all its planned steps, and a step depends only on the seed and the step, so a rerun "
+            "of the recipe fits the same weights on the same torch build and CPU kind (other kernels round differently)")
+
+
 def _states_text(states: dict[str, bool]) -> str:
     """The card's line on how states must be rendered for this model."""
     on = [{"relevance_dated": "relevance memories carry their date, `[8 May 2023] Speaker: text`",
@@ -184,6 +195,7 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         _states_text(m.get("states") or {}),
         f"- reproduce: `{command}` on 2 shared CPU cores; wall-clock per stage: {_stage_times(metrics.get('stages_seconds') or {})}",
         *_stage_changes_lines(metrics.get("stage_changes") or {}),
+        _repeatable_text({"the main fit": fit, "the specialist's fit": metrics.get("specialist") or {}}),
         "",
         "## Training data (provenance)",
         "",

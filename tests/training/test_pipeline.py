@@ -329,6 +329,16 @@ def test_the_card_lists_prior_shifts_only_for_a_pooled_or_fitted_prior() -> None
     assert len(fitted) == 1 and "`--calibration-prior fitted`" in fitted[0] and "only where its calibration level was fitted" in fitted[0]
 
 
+def test_the_card_says_whether_a_rerun_fits_the_same_weights() -> None:
+    from training.card import _repeatable_text
+
+    done = {"completed": True, "steps_done": 40, "config": {"steps": 40}}
+    assert "fits the same weights" in _repeatable_text({"the main fit": done, "the specialist's fit": {}})
+    capped = {"completed": False, "steps_done": 31, "config": {"steps": 40}}
+    text = _repeatable_text({"the main fit": done, "the specialist's fit": capped})
+    assert text.startswith("- repeatable: no, the specialist's fit stopped by its minute cap at step 31 of 40") and "the main fit" not in text
+
+
 def test_the_card_names_the_layers_a_partial_adapter_covers() -> None:
     from training.card import _lora_text
 
