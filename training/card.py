@@ -41,7 +41,7 @@ def _repeatable_text(fits: dict[str, dict[str, Any]]) -> str:
     """Whether a rerun of the recipe computes these weights: only if every fit ran all its planned steps (a step is a
     function of seed and step; a fit stopped by its minute cap stops elsewhere on a faster or slower machine)."""
     short = [f"{name} stopped by its minute cap at step {fit.get('steps_done')} of {(fit.get('config') or {}).get('steps')}"
-             for name, fit in fits.items() if fit and fit.get("completed") is False]
+             for name, fit in fits.items() if fit.get("completed") is False]
     if short:
         return ("- repeatable: no, " + "; ".join(short) + ", so a rerun on a machine of another speed fits other weights")
     return ("- repeatable: every fit ran all its planned steps, and a step depends only on the seed and the step, so a rerun "
