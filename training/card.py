@@ -74,7 +74,7 @@ def _specialist_lines(spec: dict[str, Any]) -> list[str]:
         f"adapter ({_lora_text(config)}) and heads fitted on the {spec['family']} family alone{_sources_text(spec)}, {spec.get('steps_done')} steps "
         f"(planned {config.get('steps')}), {spec.get('labels_seen')} labels seen, calibrated on that family's calibration split "
         f"(temperatures {json.dumps((spec.get('calibration') or {}).get('family_temperatures'))}, Noul biases "
-        f"{json.dumps((spec.get('calibration') or {}).get('family_biases') or {})}){_listwise_text(config)}. Every request whose "
+        f"{json.dumps((spec.get('calibration') or {}).get('family_biases') or {})}){_fit_extras_text(config)}. Every request whose "
         f"questions all belong to the {spec['family']} family (in the catalogue's wording, or in other wording about a "
         f"{spec['family']} state) is answered by it; the held-out {spec['family']} figures below are its own, and the "
         "robustness and packed-vs-N-pair checks run each model on the families it serves.",
@@ -150,11 +150,14 @@ def _acceptance_lines(acc: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _listwise_text(config: dict[str, Any]) -> str:
-    """`; listwise loss weight W ...` when the fit added the listwise relevance loss, else ""."""
+def _fit_extras_text(config: dict[str, Any]) -> str:
+    """`; each step drew ... listwise loss ...` when the fit added the listwise relevance loss, and `; forward
+    passes under bfloat16 autocast ...` when it trained in bf16; else ""."""
     weight = float(config.get("listwise_weight") or 0.0)
-    return (f"; each step drew a query's candidates together and added {weight:g} x the listwise loss of `relevance.relevant` "
-            "(training.losses.ListwiseLoss)") if weight else ""
+    listwise = (f"; each step drew a query's candidates together and added {weight:g} x the listwise loss of `relevance.relevant` "
+                "(training.losses.ListwiseLoss)") if weight else ""
+    bf16 = "; forward passes under bfloat16 autocast (weights, optimizer state and loss in float32)" if config.get("precision") == "bf16" else ""
+    return listwise + bf16
 
 
 def _lora_text(config: dict[str, Any]) -> str:
@@ -214,7 +217,7 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         f"labels seen {fit.get('labels_seen')}, trainable parameters {fit.get('trainable_parameters')} of {fit.get('total_parameters')}",
         f"- loss: first 50 steps {_fmt(fit.get('first_loss'))}, last 50 steps {_fmt(fit.get('final_loss'))}",
         "- losses: BCE (Noul), cross-entropy to soft targets (Choice), cross-entropy + ranked probability score (Score); "
-        f"family-balanced sampling; AdamW, linear warmup/decay, gradient clipping{_listwise_text((fit.get('config') or {}))}.",
+        f"family-balanced sampling; AdamW, linear warmup/decay, gradient clipping{_fit_extras_text((fit.get('config') or {}))}.",
         f"- temperatures: {json.dumps(temps)}",
         *_specialist_lines(metrics.get("specialist") or {}),
         *_embedder_lines(metrics.get("embedder") or {}),

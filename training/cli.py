@@ -24,10 +24,10 @@ from training.data_cli import add_include, add_train_negatives, conversation_ids
 from training.errors import PipelineError
 from training.pipeline import run_all, run_stage
 from training.pipeline_config import CALIBRATION_PRIORS, DATA_SETTINGS, STAGES, PipelineConfig
-from training.trainer import DROPOUT_KINDS, FitConfig, boost_factors
+from training.trainer import DROPOUT_KINDS, PRECISIONS, FitConfig, boost_factors
 
 _FIT_FLAGS = ("steps", "tokens_per_step", "max_batch_tokens", "lr", "head_lr", "weight_decay", "warmup", "grad_clip", "family_power", "family_boost",
-              "npair_fraction", "attention_dropout", "dropout", "lora_r", "lora_alpha", "lora_dropout", "lora_layers", "listwise_weight", "seed", "threads", "checkpoint_every", "max_minutes", "device")
+              "npair_fraction", "attention_dropout", "dropout", "precision", "lora_r", "lora_alpha", "lora_dropout", "lora_layers", "listwise_weight", "seed", "threads", "checkpoint_every", "max_minutes", "device")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -39,7 +39,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     defaults = FitConfig()
     for name in _FIT_FLAGS:
         value = getattr(defaults, name)
-        choices = DROPOUT_KINDS if name == "dropout" else None
+        choices = {"dropout": DROPOUT_KINDS, "precision": PRECISIONS}.get(name)
         p.add_argument("--" + name.replace("_", "-"), type=type(value), default=value, choices=choices, help=f"fit: {name} (default {value})")
     p.add_argument("--noul-as-choice-rate", type=float, default=PipelineConfig.noul_as_choice_rate)
     p.add_argument("--calibration-states", type=int, default=PipelineConfig.calibration_states, help="calibration states per family (0: all)")

@@ -311,11 +311,13 @@ def test_the_card_states_how_states_must_be_rendered() -> None:
     assert "[8 May 2023] Speaker: text" in dated and "previous" not in dated
 
 
-def test_the_card_names_a_listwise_loss_only_when_one_was_used() -> None:
-    from training.card import _listwise_text
+def test_the_card_names_a_listwise_loss_and_bf16_only_when_used() -> None:
+    from training.card import _fit_extras_text
 
-    assert _listwise_text({}) == "" and _listwise_text({"listwise_weight": 0.0}) == ""
-    assert "0.5 x the listwise loss of `relevance.relevant`" in _listwise_text({"listwise_weight": 0.5})
+    assert _fit_extras_text({}) == "" and _fit_extras_text({"listwise_weight": 0.0, "precision": "fp32"}) == ""
+    assert "0.5 x the listwise loss of `relevance.relevant`" in _fit_extras_text({"listwise_weight": 0.5})
+    both = _fit_extras_text({"listwise_weight": 0.5, "precision": "bf16"})
+    assert "listwise" in both and "bfloat16 autocast" in both and "bfloat16" not in _fit_extras_text({"listwise_weight": 0.5})
 
 
 def test_the_card_lists_prior_shifts_only_for_a_pooled_or_fitted_prior() -> None:

@@ -77,9 +77,32 @@ def test_fit_config_validates_and_round_trips() -> None:
     assert config.fingerprint() != FitConfig(steps=11, lr=1e-3).fingerprint()
     assert config.fingerprint() == FitConfig(steps=10, lr=1e-3, device="cpu").fingerprint()  # a run resumes on another device
     assert config.fingerprint() != FitConfig(steps=10, lr=1e-3, lora_layers=3).fingerprint()
-    for bad in (dict(steps=0), dict(lora_layers=-1), dict(lr=0.0), dict(npair_fraction=1.5), dict(weight_decay=-1.0), dict(device="tpu"), dict(device="cuda:x")):
+    assert config.fingerprint() != FitConfig(steps=10, lr=1e-3, precision="bf16").fingerprint()
+    assert config.fingerprint() == "761199d3496407f5"  # fields added since keep their defaults out: earlier runs still resume
+    for bad in (dict(steps=0), dict(lora_layers=-1), dict(lr=0.0), dict(npair_fraction=1.5), dict(weight_decay=-1.0), dict(device="tpu"),
+                dict(device="cuda:x"), dict(precision="fp16")):
         with pytest.raises(ValueError):
             FitConfig(**bad)  # type: ignore[arg-type]
+
+
+def test_a_bf16_fit_trains_resumes_exactly_and_keeps_float32_weights(_tiny_model, toy, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    probe = toy[:40]
+    before = _mean_nll(_tiny_model, probe)
+    config = FitConfig(steps=25, checkpoint_every=10, keep_checkpoints=5, precision="bf16", **FAST)
+    full, result = fit(copy.deepcopy(_tiny_model), toy, config, tmp_path / "a", progress=False)
+    assert result.completed and _mean_nll(full, probe) < before - 0.02
+    assert {p.dtype for p in full.parameters()} == {torch.float32}  # autocast leaves the master weights alone
+    fp32, _ = fit(copy.deepcopy(_tiny_model), toy, FitConfig(steps=25, checkpoint_every=25, **FAST), tmp_path / "fp32", progress=False)
+    assert float((full.heads.weight - fp32.heads.weight).detach().abs().max()) > 1e-5  # the forward did run in bf16
+    (tmp_path / "b" / "checkpoints").mkdir(parents=True)
+    shutil.copy(tmp_path / "a" / "checkpoints" / "step-0000010.pt", tmp_path / "b" / "checkpoints")
+    resumed, again = fit(copy.deepcopy(_tiny_model), toy, config, tmp_path / "b", resume=True, progress=False)
+    assert again.resumed_from == 10
+    a = {n: p.detach() for n, p in full.named_parameters() if p.requires_grad}
+    b = {n: p.detach() for n, p in resumed.named_parameters() if p.requires_grad}
+    assert max(float((a[n] - b[n]).abs().max()) for n in a) < 1e-6
+    with pytest.raises(CheckpointError, match="another training configuration"):  # an fp32 run does not pick up bf16 state
+        fit(copy.deepcopy(_tiny_model), toy, FitConfig(steps=25, checkpoint_every=10, **FAST), tmp_path / "b", resume=True, progress=False)
 
 
 def test_learning_rate_warms_up_then_decays_to_zero() -> None:
