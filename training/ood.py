@@ -2,12 +2,16 @@
 
     python -m training ood --controller heuristic|local [--model-dir DIR] [--items 150] [--out runs/ood-heuristic]
     python -m training ood --controller local --record-run runs/jevmem-minilm   # also into metrics.json + model card
+    python -m training ood --controller heuristic --no-jevbench --without-focus   # best_passage without the focus leak
 
 Serves the controller on loopback with `python -m serving serve` (a subprocess: training must not import serving),
 then runs sys1bench `rag_relevance` (fixed seed; best_passage Choice over K passage ids, is_relevant Noul, relevance
 Score 0..3) through its `jev_typesafe` adapter and jevbench coherence on `jevbench-mini` (~1,250 requests; smaller
 selections score nothing). References in the same run: `uniform` (sys1bench's `majority_prior` adapter unfitted, 1/K,
 ties to the first option; for jevbench a uniform function) and `base_rate` (that adapter fitted on the manifest's labels).
+Each rag_relevance state also names a `focus` passage (for its two other questions) that is the gold passage in
+about 60% of items, so a best_passage score near that share may come from the focus id; `--without-focus` drops the
+field and asks best_passage alone.
 """
 
 from __future__ import annotations
@@ -46,6 +50,9 @@ class OodConfig:
     out_dir: str = ""  # default runs/ood-<controller>
     jevbench_suite: str | None = "jevbench-mini"  # None: skip jevbench
     overflow: str = "refuse"  # local controller: "truncate_state" cuts over-long states (reported) instead of a 413
+    # sys1bench: drop the state's `focus` field and ask best_passage alone (the other two questions read `focus`);
+    # the leak check: `focus` names the gold passage in about 60% of items, so picking it scores that accuracy
+    without_focus: bool = False
     start_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
@@ -140,6 +147,8 @@ def run_sys1bench(adapters: Mapping[str, Any], cfg: OodConfig, out: Path) -> lis
 
     out.mkdir(parents=True, exist_ok=True)
     items = get_generator("rag_relevance", n=cfg.items, seed=cfg.seed, cardinality=cfg.cardinality).generate()
+    if cfg.without_focus:
+        items = [without_focus(item) for item in items]
     write_manifest(items, out / "manifest.jsonl")
     rows = []
     for label, adapter in adapters.items():
@@ -154,6 +163,17 @@ def run_sys1bench(adapters: Mapping[str, Any], cfg: OodConfig, out: Path) -> lis
     (out / "scorecards.json").write_text(json.dumps(no_nan, indent=1))
     (out / "table.md").write_text(markdown_table(cards))
     return question_scores(cards)
+
+
+def without_focus(item: Any) -> Any:
+    """A sys1bench rag_relevance item without its `focus` field and with only its best_passage question."""
+    from sys1bench.generators.base import estimate_tokens
+
+    if not isinstance(item.state, Mapping) or "best_passage" not in item.questions:
+        raise PipelineError(f"sys1bench item {item.task_id} is not a rag_relevance item (no mapping state or no best_passage)")
+    state = {k: v for k, v in item.state.items() if k != "focus"}
+    return item.model_copy(update={"state": state, "state_tokens": estimate_tokens(json.dumps(state)),
+                                   "questions": {"best_passage": item.questions["best_passage"]}})
 
 
 def uniform_answers(state: Any, questions: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -297,6 +317,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", dest="out_dir", default="", help="output directory (default runs/ood-<controller>)")
     p.add_argument("--jevbench-suite", default=OodConfig.jevbench_suite, help="default jevbench-mini (~1,250 requests)")
     p.add_argument("--no-jevbench", dest="jevbench_suite", action="store_const", const=None, help="sys1bench only")
+    p.add_argument("--without-focus", action="store_true",
+                   help="sys1bench: remove the state's focus field and ask best_passage alone (checks that a score does not come from the focus id)")
     p.add_argument("--truncate-state", dest="overflow", action="store_const", const="truncate_state", default="refuse",
                    help="local controller: cut over-long states to fit (reported) instead of refusing them with 413")
     p.add_argument("--record-run", default="", help="training run directory: keep the summary there as ood.json and refresh the "
@@ -333,6 +355,8 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))  # one line per request
     if args.record_run and cfg.controller != "local":
         raise PipelineError("--record-run keeps a local model's figures; it needs --controller local")
+    if args.record_run and cfg.without_focus:
+        raise PipelineError("--record-run keeps the standard figures; --without-focus is a check beside them")
     summary = run_ood(cfg)
     print(to_markdown(summary))
     print(f"wrote {cfg.out / 'summary.json'} and {cfg.out / 'summary.md'}", file=sys.stderr)
@@ -342,4 +366,5 @@ def run(args: argparse.Namespace) -> int:
 
 
 __all__ = ["CoherenceScore", "OodConfig", "OodSummary", "QuestionScore", "add_parser", "coherence_score", "question_scores",
-           "record_summary", "run_jevbench", "run_ood", "run_sys1bench", "serve", "to_markdown", "uniform_answers", "write_summary"]
+           "record_summary", "run_jevbench", "run_ood", "run_sys1bench", "serve", "to_markdown", "uniform_answers", "without_focus",
+           "write_summary"]

@@ -117,6 +117,53 @@ def test_cli_builds_the_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, 
     assert main(["ood", "--controller", "local", "--truncate-state", "--no-jevbench"]) == 0 and seen[2].overflow == "truncate_state"
     with pytest.raises(ValueError, match="overflow"):
         ood.OodConfig(controller="heuristic", overflow="truncate_state")
+    assert main(["ood", "--without-focus", "--no-jevbench"]) == 0 and seen[3].without_focus and not seen[0].without_focus
+    assert main(["ood", "--controller", "local", "--without-focus", "--record-run", str(tmp_path)]) != 0
+    assert "--without-focus is a check beside them" in capsys.readouterr().err and len(seen) == 4
+
+
+def _focus_picker() -> Any:
+    """A sys1bench adapter that puts 0.96 on the state's `focus` passage (1/K without one): the leak itself."""
+    from sys1bench.adapters.base import finalize_answer
+    from sys1bench.adapters.majority_prior import MajorityPriorAdapter
+
+    class FocusPicker(MajorityPriorAdapter):
+        def fit(self, items: Any) -> None:  # run_sys1bench fits adapters that can be: this one stays uniform
+            return None
+
+        def decide(self, request: Any) -> Any:
+            response = super().decide(request)  # uniform: never fitted
+            q = request.questions["best_passage"]
+            focus = request.state.get("focus") if isinstance(request.state, dict) else None
+            if focus in q.option_keys:
+                rest = 0.04 / (len(q.option_keys) - 1)
+                response.answers["best_passage"] = finalize_answer(q, [0.96 if k == focus else rest for k in q.option_keys])
+            return response
+
+    return FocusPicker(model_id="focus")
+
+
+def test_without_focus_removes_the_leak(tmp_path: Path) -> None:
+    picker = {"focus": _focus_picker()}
+    kept = ood.run_sys1bench(picker, ood.OodConfig(items=40, seed=5, out_dir=str(tmp_path)), tmp_path / "kept")
+    dropped = ood.run_sys1bench(picker, ood.OodConfig(items=40, seed=5, without_focus=True), tmp_path / "dropped")
+    items = [json.loads(line) for line in (tmp_path / "kept" / "manifest.jsonl").read_text().splitlines()]
+    focus_is_gold = sum(it["state"]["focus"] == it["questions"]["best_passage"]["ground_truth"] for it in items) / len(items)
+    gold_first = sum(it["questions"]["best_passage"]["ground_truth"] == "p000" for it in items) / len(items)
+    assert focus_is_gold > 0.4  # 0.5 + 0.5 / K by construction
+    assert _row(kept, "focus", "best_passage").metrics["accuracy"] == pytest.approx(focus_is_gold)
+    assert [(r.question, r.n) for r in dropped] == [("best_passage", 40)]  # the two focus questions are not asked
+    assert _row(dropped, "focus", "best_passage").metrics["accuracy"] == pytest.approx(gold_first)  # uniform, first on ties
+    rows = [json.loads(line) for line in (tmp_path / "dropped" / "manifest.jsonl").read_text().splitlines()]
+    assert all("focus" not in r["state"] and set(r["questions"]) == {"best_passage"} for r in rows)
+    assert [r["state"]["passages"] for r in rows] == [it["state"]["passages"] for it in items]  # same passages, same seed
+
+
+def test_without_focus_refuses_other_items() -> None:
+    from types import SimpleNamespace
+
+    with pytest.raises(PipelineError, match="not a rag_relevance item"):
+        ood.without_focus(SimpleNamespace(task_id="t1", state="text", questions={"best_passage": None}))
 
 
 def test_a_server_that_cannot_start_is_a_pipeline_error(tmp_path: Path) -> None:
