@@ -101,7 +101,7 @@ class BM25:
             return {}
         avg = self._total_len / len(self._tfs) or 1.0
         out: dict[int, float] = {}
-        for term in set(self._analyzer(query)):
+        for term in sorted(set(self._analyzer(query))):  # a fixed order: float sums (and so ties) must not vary with the hash seed
             idf = self.idf(term)
             for doc in self._postings.get(term, ()):
                 f = self._tfs[doc][term]
