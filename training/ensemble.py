@@ -3,7 +3,7 @@
     python -m training ensemble --data-dir DATA --model-dirs R0/model R1/model R2/model [--base DIR] [--out FILE] [--cosine]
 
 Each model (a directory's relevance specialist when it has one) judges the held-out LoCoMo relevance pairs of
-DATA (`dev.jsonl`, or `calibration.jsonl` with `--split calibration`); the table gives every model's AUROC by kind of negative (`training.relevance_report`) and that of the mean raw logit of all of them. It says how
+DATA (`dev.jsonl`, or `calibration.jsonl` with `--split calibration`); the table gives every model's AUROC by kind of negative (`training.relevance_report`) and that of the mean raw logit of all of them, and the same-memory share (how much of the logit depends on the query). It says how
 much of a recipe's shortfall is seed noise (averaging removes it) and how much is bias (averaging keeps it).
 With `--cosine`, each model's logit is also combined with the base bi-encoder's (query, memory) cosine by a
 logistic regression fitted on the calibration split (`training.fusion`). With `--served`, each directory also
@@ -26,6 +26,7 @@ from training.predict import Prediction
 from training.relevance_report import relevance_by_negative
 
 COLUMNS = ("all", "locomo:bm25", "locomo:dense", "locomo:random", "locomo:bridge", "per_query")
+SAME_MEMORY = "same_memory"  # the query-dependent share of the logit (training.relevance_report.same_memory_share)
 
 
 def mean_predictions(runs: Sequence[Sequence[Prediction]]) -> list[Prediction]:
@@ -40,21 +41,22 @@ def mean_predictions(runs: Sequence[Sequence[Prediction]]) -> list[Prediction]:
 
 
 def ensemble_table(named_runs: dict[str, Sequence[Prediction]], examples: Sequence[Any]) -> dict[str, dict[str, Any]]:
-    """{model name | "mean logit": {column: AUROC}} over the LoCoMo `relevant` pairs of `examples`."""
+    """{model name | "mean logit": {column: AUROC, "same_memory": share}} over the LoCoMo `relevant` pairs of `examples`."""
     out = {}
     runs = dict(named_runs)
     if len(runs) > 1:
         runs["mean logit"] = mean_predictions(list(named_runs.values()))
     for name, predictions in runs.items():
         table = relevance_by_negative(predictions, examples)
-        out[name] = {c: table.get(c, {}).get("model") for c in COLUMNS}
+        out[name] = {**{c: table.get(c, {}).get("model") for c in COLUMNS}, SAME_MEMORY: table.get(SAME_MEMORY, {}).get("within_share")}
     return out
 
 
 def format_table(table: dict[str, dict[str, Any]]) -> str:
-    lines = ["| model | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
+    columns = (*COLUMNS, SAME_MEMORY)
+    lines = ["| model | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for name, row in table.items():
-        lines.append(f"| {name} | " + " | ".join("-" if row[c] is None else f"{row[c]:.3f}" for c in COLUMNS) + " |")
+        lines.append(f"| {name} | " + " | ".join("-" if row.get(c) is None else f"{row[c]:.3f}" for c in columns) + " |")
     return "\n".join(lines)
 
 

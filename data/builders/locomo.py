@@ -22,7 +22,7 @@ RELEVANCE (state {"query", "memory"}; questions of categories 1-4 with evidence;
 - swapped queries (train split only, `query_swaps` per gold turn): the gold turn under another answerable
   question of the same conversation whose gold turns are not within `adjacency` of it -> relevant 0 (no
   bridge label). The first is that question nearest the turn by dense cosine (BM25 without vectors), the rest
-  random. Every gold turn is then both a positive and a negative, so a judgment of the turn alone (long,
+  random (with `random_swaps`, all random: the nearest question is the likeliest to be answered by the turn too). Every gold turn is then both a positive and a negative, so a judgment of the turn alone (long,
   informative turns look relevant to anything) no longer pays; the pair has to be read. Noise: a nearby
   question can be answered by the turn without citing it. Off by default: with 2 swaps per gold turn
   (`make train` otherwise unchanged) LoCoMo dev relevance AUROC fell from 0.738 to 0.647 (conv-44: 0.740 to
@@ -122,6 +122,7 @@ class LocomoRules:
     random_negatives: int = 2
     bridges: int = 2  # bridge candidates per question
     query_swaps: int = 0  # train split only: each gold turn under this many other questions -> relevant 0 (off: see below)
+    random_swaps: bool = False  # swapped questions all drawn at random, the nearest one not taken first (see below)
     observation_queries: int = 0  # train split only: observation facts per conversation used as queries (see below)
     train_hard_negatives: int = 0  # train split only: this many more top BM25 and as many more top dense non-gold turns
     train_bm25_negatives: int | None = None  # train split only: instead of bm25_negatives (None: the same)

@@ -155,9 +155,12 @@ def swapped_query_examples(ix: ConversationIndex, emit: Emitter, rules: LocomoRu
             others = [o for o, _, blocked in questions if o.question != q.question and g not in blocked]
             if not others:
                 continue
-            chosen = [_nearest_question(ix, g, others)]
-            rest = [o for o in others if o is not chosen[0]]
-            chosen += rng.sample(rest, min(rules.query_swaps - 1, len(rest)))
+            if rules.random_swaps:
+                chosen = rng.sample(others, min(rules.query_swaps, len(others)))
+            else:
+                chosen = [_nearest_question(ix, g, others)]
+                rest = [o for o in others if o is not chosen[0]]
+                chosen += rng.sample(rest, min(rules.query_swaps - 1, len(rest)))
             for o in chosen:
                 emit.emit("relevance", relevance_state(ix, o.question, g, rules), {"relevant": 0}, notes="locomo:swap")
 

@@ -35,6 +35,8 @@ def test_build_data_writes_splits_and_summary(tmp_path: Path, capsys: pytest.Cap
     assert summary["config"]["rules"]["query_swaps"] == 0 and '"locomo:swap"' not in first.decode()
     assert main([*argv, "--query-swaps", "2"]) == 0
     assert json.loads((out / "summary.json").read_text())["config"]["rules"]["query_swaps"] == 2
+    assert main([*argv, "--query-swaps", "1", "--random-swaps"]) == 0
+    assert json.loads((out / "summary.json").read_text())["config"]["rules"]["random_swaps"] is True
     assert '"locomo:swap"' in (out / "train.jsonl").read_text()
     assert main([*argv, "--observation-queries", "3"]) == 0
     assert json.loads((out / "summary.json").read_text())["config"]["rules"]["observation_queries"] == 3

@@ -134,6 +134,18 @@ def test_swapped_queries_pair_gold_turns_with_other_questions_in_train_only(loco
     assert without == {e.id for e in build_locomo(conversations, SplitPlan(), rules=LocomoRules(pairs_random=30, pairs_same_session=20))}
 
 
+def test_random_swaps_keep_the_rule_but_not_the_nearest_question(locomo: tuple) -> None:
+    conversations, _ = locomo
+    base = {"pairs_random": 30, "pairs_same_session": 20, "query_swaps": 1}
+    nearest = [e for e in build_locomo(conversations, SplitPlan(), rules=LocomoRules(**base)) if e.notes == "locomo:swap"]
+    drawn = [e for e in build_locomo(conversations, SplitPlan(), rules=LocomoRules(**base, random_swaps=True)) if e.notes == "locomo:swap"]
+    again = [e for e in build_locomo(conversations, SplitPlan(), rules=LocomoRules(**base, random_swaps=True)) if e.notes == "locomo:swap"]
+    pairs = lambda examples: [(e.state["memory"], e.state["query"]) for e in examples]  # noqa: E731
+    assert len(drawn) == len(nearest) and {e.split for e in drawn} == {"train"}  # one swap per gold turn either way
+    assert sorted(m for m, _ in pairs(drawn)) == sorted(m for m, _ in pairs(nearest))  # the same gold turns
+    assert pairs(drawn) != pairs(nearest) and pairs(drawn) == pairs(again)  # other questions, drawn reproducibly
+
+
 def test_swapped_queries_are_off_by_default(locomo: tuple) -> None:
     _, examples = locomo
     assert LocomoRules().query_swaps == 0 and not [e for e in examples if e.notes == "locomo:swap"]

@@ -36,6 +36,20 @@ def test_the_mean_logit_can_beat_every_member() -> None:
     assert set(ensemble_table({"a": a}, examples)) == {"a"}  # one model: no ensemble row
 
 
+def test_the_table_says_how_much_the_logit_depends_on_the_query() -> None:
+    from dataclasses import replace
+
+    # two memories, each under two queries (gold under one, a negative under the other)
+    examples = [replace(_case(i, q, y, n), state={"query": q, "memory": m}) for i, (q, m, y, n) in enumerate(
+        [("q1", "A", 1.0, "locomo:gold"), ("q2", "A", 0.0, "locomo:bm25"), ("q1", "B", 0.0, "locomo:bm25"), ("q2", "B", 1.0, "locomo:gold")])]
+    blind = _run(examples, [1.0, 1.0, -1.0, -1.0])  # each memory scores alike under both queries
+    reads = _run(examples, [2.0, -2.0, -2.0, 2.0])
+    table = ensemble_table({"blind": blind, "reads": reads}, examples)
+    assert table["blind"]["same_memory"] == 0.0 and table["reads"]["same_memory"] == pytest.approx(1.0)
+    assert format_table(table).splitlines()[0].endswith("| per_query | same_memory |")
+    assert "| blind |" in format_table(table) and format_table(table).splitlines()[2].endswith("| 0.000 |")
+
+
 def test_runs_that_do_not_line_up_are_refused() -> None:
     examples = [_case(0, "q", 1.0, "locomo:gold"), _case(1, "q", 0.0, "locomo:bm25")]
     with pytest.raises(ValueError, match="same labels"):
