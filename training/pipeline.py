@@ -19,9 +19,9 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from training.errors import PipelineError
 from training.pipeline_config import (
@@ -40,23 +40,26 @@ from training.pipeline_config import (
 )
 from training.report import record_stage, write_json, write_report
 
+if TYPE_CHECKING:
+    from data.builders.locomo import LocomoRules
+
 log = logging.getLogger(__name__)
+
+
+def locomo_rules(cfg: PipelineConfig) -> LocomoRules:
+    """The LoCoMo labelling rules of a run: every data setting that names a `LocomoRules` field, the rest at defaults."""
+    from data.builders.locomo import LocomoRules
+
+    names = {f.name for f in fields(LocomoRules)}
+    return LocomoRules(**{k: getattr(cfg, k) for k in DATA_SETTINGS if k in names})
 
 
 def stage_build_data(cfg: PipelineConfig) -> dict[str, Any]:
     from data.builders.dataset import BuildConfig, build_dataset, write_build
-
-    from data.builders.locomo import LocomoRules
     from data.splits import SplitPlan
 
     result = build_dataset(BuildConfig(locomo=cfg.locomo, audit=cfg.audit, synthetic_per_family=cfg.synthetic_per_family,
-                                       seed=cfg.fit.seed, dense=cfg.dense, rules=LocomoRules(query_swaps=cfg.query_swaps, observation_queries=cfg.observation_queries,
-                                                                         train_hard_negatives=cfg.train_hard_negatives,
-                                                                         train_bm25_negatives=cfg.train_bm25_negatives,
-                                                                         train_dense_negatives=cfg.train_dense_negatives,
-                                                                         relevance_context=cfg.relevance_context,
-                                                                         relevance_dated=cfg.relevance_dated,
-                                                                         rename_speakers=cfg.rename_speakers),
+                                       seed=cfg.fit.seed, dense=cfg.dense, rules=locomo_rules(cfg),
                                        train_conversations=tuple(cfg.train_conversations), include=tuple(cfg.include),
                                        plan=SplitPlan(dev_groups=tuple(f"locomo:{c}" for c in cfg.dev_conversations),
                                                      calibration_groups=tuple(f"locomo:{c}" for c in cfg.calibration_conversations))))

@@ -34,6 +34,7 @@ class PipelineConfig:
     synthetic_per_family: int = 1500
     dense: str = "minilm"  # dense hard negatives for the LoCoMo rules: minilm | hashing | none
     query_swaps: int = 0  # LoCoMo swapped-query relevance negatives per gold turn (`LocomoRules.query_swaps`)
+    random_swaps: bool = False  # draw every swapped question at random, not the nearest first (`LocomoRules.random_swaps`)
     observation_queries: int = 0  # LoCoMo observation facts per conversation used as relevance queries (`LocomoRules`)
     train_hard_negatives: int = 0  # more top BM25 / dense relevance negatives per LoCoMo train question (`LocomoRules`)
     train_bm25_negatives: int | None = None  # LoCoMo train split: top BM25 relevance negatives (None: as every split)
@@ -156,7 +157,7 @@ def record_states(cfg: PipelineConfig) -> dict[str, bool]:
 
 
 # PipelineConfig fields only the data build reads (`make train` / `python -m training all` set them).
-DATA_SETTINGS: tuple[str, ...] = ("locomo", "audit", "synthetic_per_family", "dense", "query_swaps", "observation_queries",
+DATA_SETTINGS: tuple[str, ...] = ("locomo", "audit", "synthetic_per_family", "dense", "query_swaps", "random_swaps", "observation_queries",
                                   "train_hard_negatives", "train_bm25_negatives", "train_dense_negatives",
                                   "relevance_context", "relevance_dated", "rename_speakers", "train_conversations", "calibration_conversations",
                                   "dev_conversations", "include")

@@ -181,6 +181,24 @@ def test_the_data_stage_adds_included_examples_as_training_data(pipeline_run, tm
     assert sorted(e.id for e in added) == sorted(e.id for e in mine) and {e.target for e in added} == {0.7}
 
 
+def test_every_locomo_rule_the_pipeline_names_reaches_the_data_build() -> None:
+    from dataclasses import fields
+
+    from data.builders.locomo import LocomoRules
+    from training.pipeline import locomo_rules
+
+    shared = {f.name for f in fields(LocomoRules)} & {f.name for f in fields(PipelineConfig)}
+    assert {"query_swaps", "random_swaps", "relevance_dated", "rename_speakers"} <= shared
+    changed = {"query_swaps": 2, "random_swaps": True, "observation_queries": 7, "train_hard_negatives": 3,
+               "train_bm25_negatives": 1, "train_dense_negatives": 0, "relevance_context": True, "relevance_dated": True,
+               "rename_speakers": 0.25}
+    assert set(changed) == shared, "a LocomoRules field the pipeline config names has no value in this test"
+    assert all(getattr(LocomoRules(), k) != v for k, v in changed.items())
+    rules = locomo_rules(PipelineConfig(**changed))  # type: ignore[arg-type]
+    assert {k: getattr(rules, k) for k in changed} == changed
+    assert locomo_rules(PipelineConfig()) == LocomoRules()
+
+
 def test_stages_refuse_to_run_without_their_inputs(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from training.errors import PipelineError
 
@@ -228,6 +246,7 @@ def test_cli_keeps_build_data_and_adds_the_stages() -> None:
     cfg = config_from_args(args)
     assert cfg.fit.steps == 7 and cfg.fit.threads == 1 and cfg.locomo == "x.json" and cfg.eval_states == 5 and args.skip_data
     assert cfg.query_swaps == 0 and config_from_args(parser.parse_args(["all", "--query-swaps", "2"])).query_swaps == 2
+    assert not cfg.random_swaps and config_from_args(parser.parse_args(["all", "--query-swaps", "1", "--random-swaps"])).random_swaps
     observed = config_from_args(parser.parse_args(["all", "--observation-queries", "300"]))
     assert cfg.observation_queries == PipelineConfig.observation_queries and observed.observation_queries == 300
     fewer = config_from_args(parser.parse_args(["all", "--train-conversations", "conv-42, conv-43"]))
