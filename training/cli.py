@@ -82,7 +82,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--dense", default=PipelineConfig.dense, choices=("minilm", "hashing", "none"))
     p.add_argument("--query-swaps", type=int, default=PipelineConfig.query_swaps,
                    help="LoCoMo swapped-query relevance negatives per gold turn (train split; default off, see data/README.md)")
-    p.add_argument("--random-swaps", action="store_true", default=PipelineConfig.random_swaps,
+    p.add_argument("--random-swaps", action=argparse.BooleanOptionalAction, default=PipelineConfig.random_swaps,
                    help="with --query-swaps: draw every swapped question at random (default: the question nearest the turn first)")
     p.add_argument("--observation-queries", type=int, default=PipelineConfig.observation_queries,
                    help="LoCoMo observation facts per conversation used as relevance queries (train split; see data/README.md)")

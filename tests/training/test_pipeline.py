@@ -247,6 +247,8 @@ def test_cli_keeps_build_data_and_adds_the_stages() -> None:
     assert cfg.fit.steps == 7 and cfg.fit.threads == 1 and cfg.locomo == "x.json" and cfg.eval_states == 5 and args.skip_data
     assert cfg.query_swaps == 0 and config_from_args(parser.parse_args(["all", "--query-swaps", "2"])).query_swaps == 2
     assert not cfg.random_swaps and config_from_args(parser.parse_args(["all", "--query-swaps", "1", "--random-swaps"])).random_swaps
+    # make train passes --random-swaps; TRAIN_ARGS comes after it, so --no-random-swaps there must win
+    assert not config_from_args(parser.parse_args(["all", "--random-swaps", "--no-random-swaps"])).random_swaps
     observed = config_from_args(parser.parse_args(["all", "--observation-queries", "300"]))
     assert cfg.observation_queries == PipelineConfig.observation_queries and observed.observation_queries == 300
     fewer = config_from_args(parser.parse_args(["all", "--train-conversations", "conv-42, conv-43"]))
