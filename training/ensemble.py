@@ -8,7 +8,9 @@ much of a recipe's shortfall is seed noise (averaging removes it) and how much i
 With `--cosine`, each model's logit is also combined with the base bi-encoder's (query, memory) cosine by a
 logistic regression fitted on the calibration split (`training.fusion`). With `--served`, each directory also
 answers the `relevant` examples through `LocalBackend`, as a client's request is routed and calibrated, split by
-wording (`training.served`). Nothing is written to the model directories.
+wording (`training.served`). With `--memory-prior K`, each model's logit is also scored with a per-memory prior
+subtracted (`training.memory_prior`: the memory's mean logit under K unrelated questions, times lambda), a table
+per model. Nothing is written to the model directories.
 """
 
 from __future__ import annotations
@@ -78,6 +80,9 @@ def add_parser(sub: Any) -> None:
                    help="the cosine's embedder for --cosine (minilm: the installed base model's mean pooling)")
     p.add_argument("--served", action="store_true",
                    help="also answer the examples through LocalBackend (routing and calibration as served), by wording (training.served)")
+    p.add_argument("--memory-prior", type=int, default=0, metavar="K",
+                   help="also score logit - lambda * the memory's mean logit under K unrelated questions of its conversation "
+                        "(training.memory_prior), per lambda in 0, 0.25, 0.5, 0.75, 1")
     p.set_defaults(handler=run)
 
 
@@ -99,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
     if len(set(args.model_dirs)) != len(args.model_dirs):
         print("--model-dirs names a directory twice; each model is scored once and averaged once")
         return 2
+    if args.memory_prior < 0:
+        print(f"--memory-prior takes K >= 1 probe questions per memory (0: off), got {args.memory_prior}")
+        return 2
     if args.split != "dev" and (args.cosine or args.served):
         print("--cosine and --served score the dev split (--cosine fits on the calibration split)")
         return 2
@@ -110,7 +118,12 @@ def run(args: argparse.Namespace) -> int:
     tokenizer = get_tokenizer(args.base)
     requests, _ = prepare_requests(examples, tokenizer)
     calibration_requests = prepare_requests(calibration, tokenizer)[0] if args.cosine else []
-    named, named_calibration = {}, {}
+    named, named_calibration, priors = {}, {}, {}
+    if args.memory_prior:
+        from training.memory_prior import memory_priors, probe_examples, shifted_runs
+
+        probes = probe_examples(examples, k=args.memory_prior)
+        probe_requests, _ = prepare_requests(probes, tokenizer)
     for directory in args.model_dirs:
         # the model that answers relevance requests: the directory's relevance specialist when it has one
         own = load_specialists(directory, base_path=args.base).get("relevance")
@@ -118,8 +131,15 @@ def run(args: argparse.Namespace) -> int:
         named[directory] = predict(model, requests).predictions
         if args.cosine:
             named_calibration[directory] = predict(model, calibration_requests).predictions
+        if args.memory_prior:
+            prior = memory_priors(predict(model, probe_requests).predictions, probes)
+            runs = shifted_runs(named[directory], examples, prior)
+            priors[directory] = {lam: ensemble_table({lam: run}, examples)[lam] for lam, run in runs.items()}
     table: dict[str, Any] = ensemble_table(named, examples)
     print(format_table(table))
+    for directory, rows in priors.items():
+        print(f"\nmemory prior, K={args.memory_prior}: {directory}")
+        print(format_table(rows))
     if args.cosine:
         from controller.embedding import create_embedder
         from training.fusion import cosine_fusion, example_cosines, fusion_table
@@ -139,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(format_served(served))
         table = {**(table if args.cosine else {"models": table}), "served": served}
+    if priors:
+        table = {**(table if args.cosine or args.served else {"models": table}), "memory_prior": priors}
     if args.out:
         Path(args.out).write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
     return 0

@@ -124,3 +124,26 @@ def test_cli_ensemble_scores_the_calibration_split_on_request(tiny_base, tiny_mo
     assert row["all"] is not None and 0.0 <= row["all"] <= 1.0
     assert main([*args, "--split", "calibration", "--cosine"]) == 2
     assert "score the dev split" in capsys.readouterr().out
+
+
+def test_cli_ensemble_scores_a_memory_prior_per_lambda(tiny_base, tiny_model, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from controller.artifacts import save_artifact
+    from data.schema import write_splits
+    from training.__main__ import main
+
+    dev_examples, _ = _split("dev", 2)
+    write_splits(tmp_path / "data", dev_examples)
+    save_artifact(tiny_model, tmp_path / "m", base_path=tiny_base)
+    out = tmp_path / "table.json"
+    args = ["ensemble", "--data-dir", str(tmp_path / "data"), "--model-dirs", str(tmp_path / "m"), "--base", str(tiny_base),
+            "--threads", "1", "--out", str(out)]
+    assert main([*args, "--memory-prior", "2"]) == 0
+    assert "memory prior, K=2:" in capsys.readouterr().out
+    table = json.loads(out.read_text())
+    rows = table["memory_prior"][str(tmp_path / "m")]
+    assert list(rows) == ["lam=0", "lam=0.25", "lam=0.5", "lam=0.75", "lam=1"]
+    assert rows["lam=0"]["all"] == table["models"][str(tmp_path / "m")]["all"]  # lambda 0 is the model as it is
+    assert all(0.0 <= row["all"] <= 1.0 for row in rows.values())
+    assert main([*args, "--memory-prior", "-1"]) == 2 and "K >= 1" in capsys.readouterr().out
