@@ -12,7 +12,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
-COMMANDS: tuple[str, ...] = ("training.data_cli", "training.cli", "training.calibration_compare", "training.ood", "training.ensemble", "training.embedder")
+COMMANDS: tuple[str, ...] = ("training.data_cli", "training.cli", "training.calibration_compare", "training.compare_models", "training.ood",
+                             "training.ensemble", "training.embedder")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

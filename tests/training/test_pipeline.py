@@ -447,6 +447,28 @@ def test_fitting_without_a_specialist_removes_a_stale_one(specialist_run, tmp_pa
         run_stage(replace(plain, specialist="weather"), "fit_specialist")
 
 
+def test_compare_models_scores_each_family_from_the_model_that_serves_it(specialist_run, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from training.__main__ import main
+
+    cfg, _ = specialist_run
+    shutil.copytree(cfg.model, tmp_path / "plain")
+    run_stage(replace(cfg, run_dir=str(tmp_path / "run"), model_dir=str(tmp_path / "plain"), specialist=""), "fit_specialist")
+    out = tmp_path / "table.json"
+    argv = ["compare-models", "--data-dir", str(cfg.data), "--model-dirs", str(cfg.model), str(tmp_path / "plain"),
+            "--split", "test", "--base", str(cfg.base_path), "--threads", "1", "--out", str(out)]
+    assert main(argv) == 0
+    table = json.loads(out.read_text())
+    ref, plain = "model", "plain"
+    assert "relevance" in table and "main" in table and "| family | n | model: AUROC / NLL / ECE |" in capsys.readouterr().out
+    for family, cells in table.items():  # the same main adapter answers every family but relevance in both
+        if family not in ("relevance", "all"):
+            assert cells[plain]["delta_nll"] == pytest.approx(0.0, abs=1e-4) and cells[plain]["n"] == cells[ref]["n"], family
+    assert table["relevance"][plain]["nll"] != pytest.approx(table["relevance"][ref]["nll"], abs=1e-4)  # specialist vs main
+    assert main([*argv[:-2], "--families", "weather"]) == 2
+    assert "unknown families in --families: weather" in capsys.readouterr().err
+
 def test_the_main_fit_leaves_the_specialist_family_to_the_specialist(specialist_run, tmp_path) -> None:  # type: ignore[no-untyped-def]
     from dataclasses import replace
 
