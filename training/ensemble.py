@@ -10,7 +10,8 @@ logistic regression fitted on the calibration split (`training.fusion`). With `-
 answers the `relevant` examples through `LocalBackend`, as a client's request is routed and calibrated, split by
 wording (`training.served`). With `--memory-prior K`, each model's logit is also scored with a per-memory prior
 subtracted (`training.memory_prior`: the memory's mean logit under K unrelated questions, times lambda), a table
-per model. Nothing is written to the model directories.
+per model; `--query-prior K` does the same with the question's mean logit over K memories that do not answer it.
+Nothing is written to the model directories.
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--memory-prior", type=int, default=0, metavar="K",
                    help="also score logit - lambda * the memory's mean logit under K unrelated questions of its conversation "
                         "(training.memory_prior), per lambda in 0, 0.25, 0.5, 0.75, 1")
+    p.add_argument("--query-prior", type=int, default=0, metavar="K",
+                   help="the same with the question's mean logit over K memories of its conversation that do not answer it")
     p.set_defaults(handler=run)
 
 
@@ -104,9 +107,11 @@ def run(args: argparse.Namespace) -> int:
     if len(set(args.model_dirs)) != len(args.model_dirs):
         print("--model-dirs names a directory twice; each model is scored once and averaged once")
         return 2
-    if args.memory_prior < 0:
-        print(f"--memory-prior takes K >= 1 probe questions per memory (0: off), got {args.memory_prior}")
-        return 2
+    sides = {side: k for side, k in (("memory", args.memory_prior), ("query", args.query_prior)) if k}
+    for side, k in (("memory", args.memory_prior), ("query", args.query_prior)):
+        if k < 0:
+            print(f"--{side}-prior takes K >= 1 probes per {side} (0: off), got {k}")
+            return 2
     if args.split != "dev" and (args.cosine or args.served):
         print("--cosine and --served score the dev split (--cosine fits on the calibration split)")
         return 2
@@ -118,12 +123,13 @@ def run(args: argparse.Namespace) -> int:
     tokenizer = get_tokenizer(args.base)
     requests, _ = prepare_requests(examples, tokenizer)
     calibration_requests = prepare_requests(calibration, tokenizer)[0] if args.cosine else []
-    named, named_calibration, priors = {}, {}, {}
-    if args.memory_prior:
+    named, named_calibration = {}, {}
+    priors: dict[str, dict[str, Any]] = {side: {} for side in sides}
+    if sides:
         from training.memory_prior import memory_priors, probe_examples, shifted_runs
 
-        probes = probe_examples(examples, k=args.memory_prior)
-        probe_requests, _ = prepare_requests(probes, tokenizer)
+        probes = {side: probe_examples(examples, k=k, side=side) for side, k in sides.items()}
+        probe_requests = {side: prepare_requests(p, tokenizer)[0] for side, p in probes.items()}
     for directory in args.model_dirs:
         # the model that answers relevance requests: the directory's relevance specialist when it has one
         own = load_specialists(directory, base_path=args.base).get("relevance")
@@ -131,15 +137,16 @@ def run(args: argparse.Namespace) -> int:
         named[directory] = predict(model, requests).predictions
         if args.cosine:
             named_calibration[directory] = predict(model, calibration_requests).predictions
-        if args.memory_prior:
-            prior = memory_priors(predict(model, probe_requests).predictions, probes)
-            runs = shifted_runs(named[directory], examples, prior)
-            priors[directory] = {lam: ensemble_table({lam: run}, examples)[lam] for lam, run in runs.items()}
+        for side in sides:
+            prior = memory_priors(predict(model, probe_requests[side]).predictions, probes[side], side=side)
+            runs = shifted_runs(named[directory], examples, prior, side=side)
+            priors[side][directory] = {lam: ensemble_table({lam: run}, examples)[lam] for lam, run in runs.items()}
     table: dict[str, Any] = ensemble_table(named, examples)
     print(format_table(table))
-    for directory, rows in priors.items():
-        print(f"\nmemory prior, K={args.memory_prior}: {directory}")
-        print(format_table(rows))
+    for side, by_directory in priors.items():
+        for directory, rows in by_directory.items():
+            print(f"\n{side} prior, K={sides[side]}: {directory}")
+            print(format_table(rows))
     if args.cosine:
         from controller.embedding import create_embedder
         from training.fusion import cosine_fusion, example_cosines, fusion_table
@@ -160,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
         print(format_served(served))
         table = {**(table if args.cosine else {"models": table}), "served": served}
     if priors:
-        table = {**(table if args.cosine or args.served else {"models": table}), "memory_prior": priors}
+        table = {**(table if args.cosine or args.served else {"models": table}), **{f"{side}_prior": rows for side, rows in priors.items()}}
     if args.out:
         Path(args.out).write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
     return 0

@@ -147,3 +147,9 @@ def test_cli_ensemble_scores_a_memory_prior_per_lambda(tiny_base, tiny_model, tm
     assert rows["lam=0"]["all"] == table["models"][str(tmp_path / "m")]["all"]  # lambda 0 is the model as it is
     assert all(0.0 <= row["all"] <= 1.0 for row in rows.values())
     assert main([*args, "--memory-prior", "-1"]) == 2 and "K >= 1" in capsys.readouterr().out
+    assert main([*args, "--memory-prior", "2", "--query-prior", "2"]) == 0
+    assert "query prior, K=2:" in capsys.readouterr().out
+    both = json.loads(out.read_text())
+    assert set(both) == {"models", "memory_prior", "query_prior"}
+    assert both["query_prior"][str(tmp_path / "m")]["lam=0"]["all"] == table["models"][str(tmp_path / "m")]["all"]
+    assert main([*args, "--query-prior", "-2"]) == 2 and "--query-prior takes K >= 1" in capsys.readouterr().out

@@ -52,3 +52,31 @@ def test_subtracting_the_prior_can_fix_a_memory_that_looks_relevant_to_everythin
     rows = {lam: ensemble_table({lam: run}, examples)[lam] for lam, run in runs.items()}
     assert rows["lam=0"]["all"] == 0.0 and rows["lam=1"]["all"] == 1.0
     assert [float(p.logits[0]) for p in shifted(predictions, examples, {}, 1.0)] == [1.0, 2.0]  # no probes: unchanged
+
+
+def test_query_probes_ask_each_question_about_memories_that_do_not_answer_it() -> None:
+    examples = [_case(0, "q1", "A", 1.0, notes="locomo:gold"), _case(1, "q2", "A", 0.0), _case(2, "q1", "B", 0.0),
+                _case(3, "q2", "B", 1.0, question="bridge"), _case(4, "q3", "C", 0.0),
+                _case(5, "q9", "Z", 0.0, group="locomo:other")]
+    probes = probe_examples(examples, k=4, seed=0, side="query")
+    asked = {(p.state["query"], p.state["memory"]) for p in probes}
+    # q1's evidence A and q2's bridge B never probe them; memories of another conversation never do
+    assert asked == {("q1", "B"), ("q1", "C"), ("q2", "A"), ("q2", "C"), ("q3", "A"), ("q3", "B"), ("q3", "C"), ("q9", "Z")}
+    assert len({p.id for p in probes}) == len(probes) and all(p.target == 0.0 for p in probes)
+    assert len(probe_examples(examples, k=1, seed=0, side="query")) == 4
+    with pytest.raises(ValueError, match="keyed by one of memory, query"):
+        probe_examples(examples, side="turn")
+
+
+def test_a_query_prior_discounts_a_question_that_finds_everything_relevant() -> None:
+    # under "broad" every memory scores high, so its negative outranks the gold turn of "narrow" in raw logits
+    examples = [_case(0, "narrow", "n-gold", 1.0, notes="locomo:gold"), _case(1, "broad", "b-neg", 0.0),
+                _case(2, "broad", "b-gold", 1.0, notes="locomo:gold"), _case(3, "narrow", "n-neg", 0.0)]
+    predictions = _run(examples, [1.0, 2.0, 3.0, -1.0])
+    probes = [_case(10, "broad", "p1", 0.0), _case(11, "broad", "p2", 0.0), _case(12, "narrow", "p1", 0.0)]
+    priors = memory_priors(_run(probes, [2.0, 2.0, -1.0]), probes, side="query")
+    assert priors == {"broad": 2.0, "narrow": -1.0}
+    assert [float(p.logits[0]) for p in shifted(predictions, examples, priors, 1.0, side="query")] == [2.0, 0.0, 1.0, 0.0]
+    runs = shifted_runs(predictions, examples, priors, (0.0, 1.0), side="query")
+    rows = {lam: ensemble_table({lam: run}, examples)[lam] for lam, run in runs.items()}
+    assert rows["lam=0"]["all"] == 0.75 and rows["lam=1"]["all"] == 1.0
