@@ -107,11 +107,12 @@ def run(args: argparse.Namespace) -> int:
     if len(set(args.model_dirs)) != len(args.model_dirs):
         print("--model-dirs names a directory twice; each model is scored once and averaged once")
         return 2
-    sides = {side: k for side, k in (("memory", args.memory_prior), ("query", args.query_prior)) if k}
-    for side, k in (("memory", args.memory_prior), ("query", args.query_prior)):
+    asked_sides = (("memory", args.memory_prior), ("query", args.query_prior))
+    for side, k in asked_sides:
         if k < 0:
             print(f"--{side}-prior takes K >= 1 probes per {side} (0: off), got {k}")
             return 2
+    sides = {side: k for side, k in asked_sides if k}
     if args.split != "dev" and (args.cosine or args.served):
         print("--cosine and --served score the dev split (--cosine fits on the calibration split)")
         return 2

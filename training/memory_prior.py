@@ -69,16 +69,18 @@ def probe_examples(examples: Sequence[DecisionExample], *, k: int = 4, seed: int
 def memory_priors(predictions: Sequence[Prediction], probes: Sequence[DecisionExample], *,
                   side: str = "memory") -> dict[str, float]:
     """Memory text (question text with `side="query"`) -> the mean raw logit of its probes."""
+    key = _side(side)
     logits: dict[str, list[float]] = {}
     for p, e in relevance_rows(predictions, probes):
-        logits.setdefault(e.state[_side(side)], []).append(float(p.logits[0]))
+        logits.setdefault(e.state[key], []).append(float(p.logits[0]))
     return {key: float(np.mean(v)) for key, v in logits.items()}
 
 
 def shifted(predictions: Sequence[Prediction], examples: Sequence[DecisionExample], priors: dict[str, float],
             lam: float, *, side: str = "memory") -> list[Prediction]:
     """The `relevant` predictions with logit - lam * prior(memory, or query) (a key without probes keeps its logit)."""
-    return [replace(p, logits=np.array([float(p.logits[0]) - lam * priors.get(e.state[_side(side)], 0.0)]))
+    key = _side(side)
+    return [replace(p, logits=np.array([float(p.logits[0]) - lam * priors.get(e.state[key], 0.0)]))
             for p, e in relevance_rows(predictions, examples)]
 
 
