@@ -32,6 +32,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--query-swaps", type=int, default=0, help="LoCoMo swapped-query relevance negatives per gold turn (train split only)")
     p.add_argument("--random-swaps", action="store_true",
                    help="with --query-swaps: draw every swapped question at random (default: the question nearest the turn first)")
+    p.add_argument("--swap-target", type=float, default=0.0,
+                   help="with --query-swaps: the soft relevance target of a swapped-query negative, in [0, 0.5) (default 0)")
     p.add_argument("--observation-queries", type=int, default=0,
                    help="LoCoMo observation facts per conversation used as relevance queries (train split only)")
     add_train_negatives(p)
@@ -115,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     config = BuildConfig(
         locomo=args.locomo, audit=args.audit, synthetic_per_family=args.synthetic_per_family, seed=args.seed,
         dense=args.dense, plan=SplitPlan(dev_groups=tuple(f"locomo:{c}" for c in args.dev_conversations),
-                                          calibration_groups=calibration), rules=LocomoRules(query_swaps=args.query_swaps, random_swaps=args.random_swaps, observation_queries=args.observation_queries,
+                                          calibration_groups=calibration), rules=LocomoRules(query_swaps=args.query_swaps, random_swaps=args.random_swaps, swap_target=args.swap_target, observation_queries=args.observation_queries,
                                                                                    train_hard_negatives=args.train_hard_negatives,
                                                                                    train_bm25_negatives=args.train_bm25_negatives,
                                                                                    train_dense_negatives=args.train_dense_negatives,

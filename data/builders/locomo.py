@@ -24,7 +24,9 @@ RELEVANCE (state {"query", "memory"}; questions of categories 1-4 with evidence;
   bridge label). The first is that question nearest the turn by dense cosine (BM25 without vectors), the rest
   random (with `random_swaps`, all random: the nearest question is the likeliest to be answered by the turn too). Every gold turn is then both a positive and a negative, so a judgment of the turn alone (long,
   informative turns look relevant to anything) no longer pays; the pair has to be read. Noise: a nearby
-  question can be answered by the turn without citing it. Off by default: with 2 swaps per gold turn
+  question can be answered by the turn without citing it; `swap_target` > 0 gives these negatives that soft
+  target instead of 0 (0.15 did not help the relevance specialist: docs/EXPERIMENTS.md, row "soft targets for the
+  swapped-query negatives"). Off by default: with 2 swaps per gold turn
   (`make train` otherwise unchanged) LoCoMo dev relevance AUROC fell from 0.738 to 0.647 (conv-44: 0.740 to
   0.693); the model lowered every gold-like turn instead of learning to read the pair (docs/EXPERIMENTS.md).
 - observation queries (train split only, up to `observation_queries` facts per conversation, drawn with a
@@ -123,6 +125,7 @@ class LocomoRules:
     bridges: int = 2  # bridge candidates per question
     query_swaps: int = 0  # train split only: each gold turn under this many other questions -> relevant 0 (off: see below)
     random_swaps: bool = False  # swapped questions all drawn at random, the nearest one not taken first (see below)
+    swap_target: float = 0.0  # the relevant target of a swapped-query example (soft when > 0; see below)
     observation_queries: int = 0  # train split only: observation facts per conversation used as queries (see below)
     train_hard_negatives: int = 0  # train split only: this many more top BM25 and as many more top dense non-gold turns
     train_bm25_negatives: int | None = None  # train split only: instead of bm25_negatives (None: the same)
@@ -148,6 +151,8 @@ class LocomoRules:
                 raise DataError(f"LocomoRules.{name} must be >= 0, got {value}")
         if self.rename_speakers > 1:
             raise DataError(f"LocomoRules.rename_speakers is a share in [0, 1], got {self.rename_speakers}")
+        if self.swap_target >= 0.5:
+            raise DataError(f"LocomoRules.swap_target is a negative's soft target in [0, 0.5), got {self.swap_target}")
 
 
 def turn_text(turn: Turn, *, dated: bool = False) -> str:

@@ -162,7 +162,7 @@ def swapped_query_examples(ix: ConversationIndex, emit: Emitter, rules: LocomoRu
                 rest = [o for o in others if o is not chosen[0]]
                 chosen += rng.sample(rest, min(rules.query_swaps - 1, len(rest)))
             for o in chosen:
-                emit.emit("relevance", relevance_state(ix, o.question, g, rules), {"relevant": 0}, notes="locomo:swap")
+                emit.emit("relevance", relevance_state(ix, o.question, g, rules), {"relevant": rules.swap_target}, notes="locomo:swap")
 
 
 def _nearest_question(ix: ConversationIndex, turn: int, questions: list[Question]) -> Question:

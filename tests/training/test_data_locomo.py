@@ -429,3 +429,16 @@ def test_rename_speakers_renames_whole_questions_in_the_train_split_only(locomo:
     assert [e.to_json() for e in off] == [e.to_json() for e in plain]  # 0 is off
     with pytest.raises(DataError, match="share"):
         LocomoRules(rename_speakers=1.5)
+
+
+def test_a_swap_target_softens_only_the_swapped_negatives(locomo: tuple) -> None:
+    conversations, _ = locomo
+    base = {"pairs_random": 30, "pairs_same_session": 20, "query_swaps": 1, "random_swaps": True}
+    hard = build_locomo(conversations, SplitPlan(), rules=LocomoRules(**base))
+    soft = build_locomo(conversations, SplitPlan(), rules=LocomoRules(**base, swap_target=0.15))
+    assert len(hard) == len(soft) and any(e.notes == "locomo:swap" for e in soft)
+    for h, s in zip(hard, soft):
+        assert (h.id, h.state) == (s.id, s.state)  # the same draw: only the target moves
+        assert s.target == (0.15 if s.notes == "locomo:swap" else h.target)
+    with pytest.raises(DataError, match="swap_target"):
+        LocomoRules(swap_target=0.5)
