@@ -98,17 +98,24 @@ def load_locomo(path: str | Path, *, audit: str | Path | None = None, conversati
             try:
                 fixed = entry.get("correct_evidence")
                 conv_index = int(entry["question_id"].split("_")[1])
-                question = entry["question"]
+                if conv_index < 0:  # -1 would name the last conversation of locomo10.json
+                    raise ValueError(f"question_id {entry['question_id']!r} names no conversation")
+                question = _text(entry, "question")
             except (KeyError, TypeError, AttributeError, ValueError, IndexError) as error:
                 raise _shape_error(audit, f"audit entry {i}", error) from error
             if fixed and conv_index < len(LOCOMO10_ORDER):
                 corrections[(LOCOMO10_ORDER[conv_index], question)] = fixed
-    out = []
-    for i, sample in enumerate(_records(samples, path)):
+    records = _records(samples, path)
+    if not records:
+        raise LocomoError(f"{path} holds no conversations")
+    out: list[Conversation] = []
+    for i, sample in enumerate(records):
         sid = sample.get("sample_id")
         if conversations is not None and sid not in conversations:
             continue
         try:
+            if any(c.sample_id == sid for c in out):  # its examples would repeat the first one's ids
+                raise ValueError(f"sample_id {sid} appears more than once")
             out.append(_conversation(sample, corrections))
         except (KeyError, TypeError, AttributeError, ValueError, IndexError) as error:
             raise _shape_error(path, f"sample {i} ({sid})", error) from error
@@ -133,6 +140,14 @@ def _shape_error(path: str | Path, where: str, error: Exception) -> LocomoError:
     return LocomoError(f"{path} does not look like LoCoMo data: {where}: {detail}")
 
 
+def _text(record: dict, key: str, where: str = "") -> str:
+    """`record[key]`, which the rules treat as text (KeyError when absent, ValueError when not a string)."""
+    value = record[key]
+    if not isinstance(value, str):
+        raise ValueError(f"{where}{key} must be a string, got {value!r}")
+    return value
+
+
 def _category(qa: dict, index: int) -> int:
     """A question's category (1-5); anything else (missing, another numbering) would misfile its scores."""
     value = qa.get("category")
@@ -152,30 +167,33 @@ def _conversation(sample: dict, corrections: dict[tuple[str, str], list[str]]) -
     turns: list[Turn] = []
     for s in sessions:
         date = parse_date(conv.get(f"session_{s}_date_time", ""))
-        for t in conv[f"session_{s}"]:
+        for j, t in enumerate(conv[f"session_{s}"]):
             turns.append(
                 Turn(
-                    dia_id=t["dia_id"],
+                    dia_id=_text(t, "dia_id", f"session_{s} turn {j}: "),
                     session=s,
                     index=len(turns),
-                    speaker=t["speaker"],
+                    speaker=_text(t, "speaker", f"session_{s} turn {j}: "),
                     text=str(t.get("text") or ""),  # an image-only turn: its caption carries it
                     caption=t.get("blip_caption") or None,
                     date=date,
                 )
             )
+    if not turns:  # the rules sample turns of every conversation
+        raise ValueError("no session turns (session_1, session_2, ... lists of turns)")
     known = {t.dia_id for t in turns}
     conv_index = LOCOMO10_ORDER.index(sid) if sid in LOCOMO10_ORDER else None
     questions = []
     for i, qa in enumerate(sample["qa"]):
         qid = f"locomo_{conv_index}_qa{i}" if conv_index is not None else f"{sid}_qa{i}"
-        evidence = corrections.get((sid, qa["question"]), qa.get("evidence", []))
+        question = _text(qa, "question", f"qa {i}: ")
+        evidence = corrections.get((sid, question), qa.get("evidence", []))
         answer = qa.get("answer", qa.get("adversarial_answer", ""))
         questions.append(
-            Question(qid, qa["question"], str(answer), _category(qa, i), normalise_evidence(evidence, known))
+            Question(qid, question, str(answer), _category(qa, i), normalise_evidence(evidence, known))
         )
     observations = {k: _facts(v) for k, v in (sample.get("observation") or {}).items()}
-    return Conversation(sid, (conv["speaker_a"], conv["speaker_b"]), tuple(turns), tuple(questions), observations)
+    return Conversation(sid, (_text(conv, "speaker_a"), _text(conv, "speaker_b")), tuple(turns), tuple(questions), observations)
 
 
 def _facts(by_speaker: object) -> list[tuple[str, str]]:

@@ -92,8 +92,13 @@ class DecisionExample:
             raise SchemaError(f"split must be one of {SPLITS}, got {self.split!r}", field_name="split", value=self.split)
         if not isinstance(self.state, (str, dict, list)) or isinstance(self.state, bool):
             raise SchemaError("state must be a string, object or array", field_name="state", value=self.state)
+        for name in ("state", "question"):  # JSON that `to_json` and `state_key` can write back (no NaN, no Infinity)
+            try:
+                canonical(getattr(self, name))
+            except (TypeError, ValueError, RecursionError) as error:
+                raise SchemaError(f"{name} must be plain JSON: {error}", field_name=name) from error
         weight = self.weight
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
+        if _number(weight) is None or weight < 0:
             raise SchemaError(f"weight must be a finite number >= 0, got {weight!r}", field_name="weight", value=weight)
         object.__setattr__(self, "weight", float(weight))
         object.__setattr__(self, "target", _check_target(self.question, self.target))
@@ -129,7 +134,7 @@ class DecisionExample:
     def from_json(cls, text: str) -> DecisionExample:
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as error:
+        except (json.JSONDecodeError, RecursionError) as error:
             raise SchemaError(f"not a JSON record: {error}", value=text[:200]) from error
         if not isinstance(data, dict):
             raise SchemaError("a record must be a JSON object", value=text[:200])
@@ -145,11 +150,12 @@ def _check_target(question: object, target: object) -> Target:
     kind = question["type"]
     criteria = question.get("criteria")
     if kind == "noul":
-        if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0.0 <= float(target) <= 1.0:
+        number = _number(target)
+        if number is None or not 0.0 <= number <= 1.0:
             raise SchemaError(f"a noul target is a probability in [0, 1], got {target!r}", field_name="target", value=target)
         if question.get("instructions") is None and not criteria:
             raise SchemaError("a noul needs instructions or criteria", field_name="question", value=question)
-        return float(target)
+        return number
     if kind == "choice":
         if not isinstance(criteria, dict) or not criteria:
             raise SchemaError("a choice needs a criteria map of options", field_name="question", value=question)
@@ -167,10 +173,22 @@ def _check_target(question: object, target: object) -> Target:
     return levels
 
 
+def _number(value: object) -> float | None:
+    """A finite int or float as a float; None for anything else (bool, NaN, infinities, an int past float range)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def _probability(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+    number = _number(value)
+    if number is None or not 0.0 <= number <= 1.0:
         raise SchemaError(f"probabilities lie in [0, 1], got {value!r}", field_name="target", value=value)
-    return float(value)
+    return number
 
 
 def _check_sum(values: Iterable[float], target: object) -> None:
@@ -299,7 +317,10 @@ def load_examples(directory: str | Path, split: str | None = None) -> list[Decis
     for name in names:
         path = directory / f"{name}.jsonl"
         if path.exists():
-            out.extend(read_jsonl(path))
+            try:
+                out.extend(read_jsonl(path))
+            except (OSError, UnicodeDecodeError) as error:  # a directory, unreadable, not UTF-8 text
+                raise DataError(f"cannot read decision examples {path}: {error}") from error
     return out
 
 

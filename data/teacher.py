@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from data.paths import unwritable
 from data.schema import DataError, DecisionExample, DecisionGroup, Target, group_examples, read_jsonl, write_jsonl
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,11 @@ class TeacherConfig:
     compression: bool = True  # zstd request bodies when the SDK has zstd
 
     def __post_init__(self) -> None:
-        host = (urlparse(self.base_url).hostname or "").lower()
+        try:
+            parsed = urlparse(self.base_url)
+            host, _ = (parsed.hostname or "").lower(), parsed.port  # .port raises on a port out of range
+        except ValueError as error:
+            raise TeacherError(f"base_url {self.base_url!r} is not a URL: {error}") from error
         if not host:
             raise TeacherError(f"base_url needs a host, got {self.base_url!r}")
         if any(host == h or host.endswith("." + h) for h in REFUSED_HOSTS) or is_jev_model(self.model) or is_jev_model(self.name):
@@ -83,7 +88,10 @@ def teacher_id(name: str, example_id: str) -> str:
 
 def recorded_ids(path: str | Path) -> set[str]:
     path = Path(path)
-    return {e.id for e in read_jsonl(path)} if path.exists() else set()
+    try:
+        return {e.id for e in read_jsonl(path)} if path.exists() else set()
+    except (OSError, UnicodeDecodeError) as error:
+        raise TeacherError(f"cannot read teacher records {path}: {error}") from error
 
 
 def make_client(config: TeacherConfig, *, transport: Any = None) -> Any:
@@ -110,6 +118,9 @@ def distill(
     """Ask the teacher about every example not yet recorded in `out`; append its answers there."""
     start = time.perf_counter()
     items = [e for e in examples if not e.source.startswith("teacher:")]
+    problem = unwritable(Path(out), directory=False)
+    if problem:  # found at the first append, the answers of that request would be lost
+        raise TeacherError(f"cannot write teacher records to {out}: {problem}")
     done = recorded_ids(out)
     todo = [e for e in items if teacher_id(config.name, e.id) not in done]
     groups = group_examples(todo, max_questions=config.max_questions)

@@ -16,6 +16,7 @@ from memory.entities import extract_entities, normalise_entity
 from memory.errors import (
     ConfigError,
     ControllerOutputError,
+    InvalidLinkError,
     InvalidObservationError,
     InvalidQueryError,
     InvalidRelationError,
@@ -50,6 +51,7 @@ __all__ = [
     "Engine",
     "EngineConfig",
     "Evidence",
+    "InvalidLinkError",
     "InvalidObservationError",
     "InvalidQueryError",
     "InvalidRelationError",

@@ -140,7 +140,6 @@ def consolidate(
     summaries: list[str] = []
     with store.transaction():
         for (a, b), (signals, label, p) in zip(pairs, decisions):
-            done.add((min(a.id, b.id), max(a.id, b.id)))
             if p < config.tau_representation or label == "keep_separate":
                 continue
             if label == "link":
@@ -159,6 +158,7 @@ def consolidate(
                 made = _merge(store, embedder, (b, a), next_seq, summarizer, p)
                 if made is not None:
                     summaries.append(made)
+    done.update((min(a.id, b.id), max(a.id, b.id)) for a, b in pairs)  # once applied: a rollback leaves them owed
     return ConsolidationReport(len(pairs), linked, superseded, tuple(summaries), asked,
                                tuple(s for s, _, _ in decisions))
 

@@ -20,6 +20,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
+from numbers import Integral
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -221,8 +222,12 @@ class Engine:
     def query(self, text: str, *, k: int = 10, budget: int | None = None, answer: bool = False) -> QueryResult:
         if not isinstance(text, str) or not text.strip():
             raise InvalidQueryError("a query needs non-empty text", text)
-        if k < 1 or (budget is not None and budget < 0):
-            raise InvalidQueryError(f"k must be >= 1 and budget >= 0 (got k={k}, budget={budget})", (k, budget))
+        def whole(value: object) -> bool:
+            return isinstance(value, Integral) and not isinstance(value, bool)  # numpy integers too
+
+        if not whole(k) or k < 1 or (budget is not None and (not whole(budget) or budget < 0)):
+            raise InvalidQueryError(f"k must be a whole number >= 1 and budget one >= 0 (got k={k!r}, budget={budget!r})",
+                                    (k, budget))
         with self._lock:
             result = run_query(self.store, self.controller, self.embedder, text, self.config, k=k, budget=budget)
         if not answer:

@@ -5,6 +5,7 @@
     ├── InvalidQueryError                empty or malformed query (value)
     ├── NodeNotFoundError                no node with that id (node_id); also a LookupError
     ├── InvalidRelationError             a relation type the application does not accept (relation)
+    ├── InvalidLinkError                 link attrs that are not a JSON object, a link entry not (dst, relation) (value)
     ├── ConfigError                      an EngineConfig field is out of range or unknown (field, value)
     ├── ControllerOutputError            the controller answered, but not with a valid value (key, value)
     └── SystemTwoError                   the answer / summary endpoint failed or returned junk (detail)
@@ -44,6 +45,12 @@ class InvalidRelationError(MemoryEngineError, ValueError):
         super().__init__(f"relation {relation!r} is not one of {', '.join(allowed)}")
         self.relation = relation
         self.allowed = allowed
+
+
+class InvalidLinkError(MemoryEngineError, ValueError):
+    def __init__(self, message: str, value: object = None) -> None:
+        super().__init__(message)
+        self.value = value
 
 
 class ConfigError(MemoryEngineError, ValueError):

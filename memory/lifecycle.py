@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -32,7 +33,13 @@ from memory.candidates import discover_candidates
 from memory.config import EngineConfig
 from memory.control import Controller
 from memory.entities import extract_entities
-from memory.errors import ControllerOutputError, InvalidObservationError, InvalidRelationError, NodeNotFoundError
+from memory.errors import (
+    ControllerOutputError,
+    InvalidLinkError,
+    InvalidObservationError,
+    InvalidRelationError,
+    NodeNotFoundError,
+)
 from memory.store.base import Store
 from memory.types import RELATIONS, SYMMETRIC_RELATIONS, Edge, EdgeOrigin, LinkStatus, Node
 from memory.write_path import (
@@ -172,10 +179,34 @@ def edit_node(store: Store, embedder: Embedder, node: Node, content: str, config
     return edited
 
 
+def link_attrs(attrs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Authored attrs as a persistent store reads them back: a JSON object of UTF-8 text (`InvalidLinkError`)."""
+    if attrs is None:
+        return {}
+    if not isinstance(attrs, Mapping):
+        raise InvalidLinkError(f"link attrs must be a JSON object, got {type(attrs).__name__}", attrs)
+    try:
+        text = json.dumps(dict(attrs), ensure_ascii=False, sort_keys=True, allow_nan=False)
+        text.encode("utf-8")
+    except (TypeError, ValueError) as error:  # not JSON (NaN too), keys that cannot be sorted, lone surrogates
+        raise InvalidLinkError(f"link attrs must be a JSON object: {error}", attrs) from error
+    return dict(json.loads(text))
+
+
+def link_entries(links: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """An authored link list as (dst, relation) pairs (`InvalidLinkError` for anything else)."""
+    if isinstance(links, (str, bytes)) or not isinstance(links, Sequence):
+        raise InvalidLinkError(f"links must be a list of (dst, relation) pairs, got {type(links).__name__}", links)
+    for entry in links:
+        if isinstance(entry, (str, bytes)) or not isinstance(entry, Sequence) or len(entry) != 2:
+            raise InvalidLinkError(f"a link must be a (dst, relation) pair, got {entry!r}", entry)
+    return [(dst, relation) for dst, relation in links]
+
+
 def add_explicit(store: Store, src: str, dst: str, relation: str, attrs: Mapping[str, Any] | None = None) -> Edge:
     require(store, src)
     require(store, dst)
-    edge = Edge(src, dst, check_relation(relation), EdgeOrigin.EXPLICIT, 1.0, attrs=dict(attrs or {}))
+    edge = Edge(src, dst, check_relation(relation), EdgeOrigin.EXPLICIT, 1.0, attrs=link_attrs(attrs))
     store.add_edge(edge)  # replaces an inferred / deterministic edge with the same (src, dst, relation)
     lift_refusal(store, src, dst, relation)
     return edge
@@ -183,6 +214,7 @@ def add_explicit(store: Store, src: str, dst: str, relation: str, attrs: Mapping
 
 def set_explicit_links(store: Store, node_id: str, links: Sequence[tuple[str, str]]) -> Node:
     """Replace the explicit outgoing links of a node by `links` ((dst, relation) pairs; may be empty)."""
+    links = link_entries(links)
     node = require(store, node_id)
     for dst, relation in links:
         require(store, dst)

@@ -63,6 +63,11 @@ def check_text(name: str, value: str) -> None:
         raise InvalidObservationError(f"{name} is not valid Unicode text ({error.reason} at {error.start})", value) from error
 
 
+def json_object(value: dict[Any, Any]) -> dict[str, Any]:
+    """`value` as a persistent store reads it back from JSON (call after checking it is JSON)."""
+    return dict(json.loads(json.dumps(value, ensure_ascii=False, allow_nan=False)))
+
+
 def check_speaker(speaker: str) -> None:
     """A speaker leads the memory text (`Speaker: text`) and can become an entity, so it is one visible line:
     not blank ("" included), no control character (tab and newline too) and no line or paragraph separator."""
@@ -83,9 +88,11 @@ def check_storable(obs: Observation) -> None:
                         *(("entities", str(e)) for e in obs.entities or ())):
         if value is not None:
             check_text(name, value)
+    if not isinstance(obs.metadata, dict):
+        raise InvalidObservationError(f"metadata must be a JSON object, got {type(obs.metadata).__name__}", obs.metadata)
     try:
-        metadata = json.dumps(obs.metadata, ensure_ascii=False, sort_keys=True)
-    except (TypeError, ValueError) as error:  # a value json cannot write, keys it cannot sort, a cycle
+        metadata = json.dumps(obs.metadata, ensure_ascii=False, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as error:  # a value json cannot write (NaN too), keys it cannot sort, a cycle
         raise InvalidObservationError(f"metadata must be a JSON object: {error}", obs.metadata) from error
     check_text("metadata", metadata)
     for name in ("observed_at", "event_time"):
@@ -125,7 +132,8 @@ def make_node(obs: Observation, *, seq: int, config: EngineConfig, known_names: 
         entities = extract_entities(obs.content, speaker=obs.speaker, known_names=known_names, limit=config.max_entities)
     else:
         entities = clean_entities(obs.entities, limit=config.max_entities)
-    metadata = dict(obs.metadata)
+    # as JSON reads it back (tuples are lists, keys are text), so every store holds the same value
+    metadata = json_object(obs.metadata)
     if obs.entities is not None:
         metadata["entities_given"] = True
     return Node(

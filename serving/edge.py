@@ -7,7 +7,7 @@
     other controller errors                                           500 internal_error (logged, no trace)
     serving HTTPFacingError                                           its own status / error_type
     memory NodeNotFoundError (engine or store)                        404 not_found
-    memory InvalidObservation / InvalidQuery / InvalidRelationError   422 (validation shape)
+    memory InvalidObservation / Query / Relation / LinkError         422 (validation shape)
     memory SystemTwoError                                             502 upstream_error
     other memory / store errors                                       500 internal_error
     Starlette HTTPException (404 route, 405 method, 400 multipart)    its status, error shape
@@ -119,11 +119,18 @@ def _allowed_methods(request: Request) -> str:
 
 
 async def _on_memory(request: Request, error: Exception) -> JSONResponse:
-    from memory.errors import InvalidObservationError, InvalidQueryError, InvalidRelationError, NodeNotFoundError, SystemTwoError
+    from memory.errors import (
+        InvalidLinkError,
+        InvalidObservationError,
+        InvalidQueryError,
+        InvalidRelationError,
+        NodeNotFoundError,
+        SystemTwoError,
+    )
 
     if isinstance(error, NodeNotFoundError):  # the store's NodeNotFoundError is one too
         return error_response(request, 404, "not_found", str(error))
-    if isinstance(error, (InvalidObservationError, InvalidQueryError, InvalidRelationError)):
+    if isinstance(error, (InvalidObservationError, InvalidQueryError, InvalidRelationError, InvalidLinkError)):
         return validation_response(request, [{"loc": ["body"], "msg": str(error), "type": "value_error"}])
     if isinstance(error, SystemTwoError):
         log.warning("System Two failed: %s", error)

@@ -8,9 +8,8 @@ Unicode and every answer can be encoded. Unknown nodes are 404, invalid input 42
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -35,33 +34,57 @@ from serving.memory_schemas import (
     StatsOut,
     WriteResultOut,
 )
-from serving.errors import NotFoundError
+from serving.errors import NotFoundError, UnsupportedMediaTypeError
 from serving.runtime import MemoryService, get_memory
-from serving.wire import ErrorResponse, ValidationErrorResponse, parse_json_off_loop
+from serving.wire import ErrorResponse, ValidationErrorResponse, media_type, parse_json_off_loop
+
+
+class _Unparsed:
+    """What `StrictJSONRequest.json()` returns for a body that is not strict JSON: no body model accepts it."""
 
 
 class StrictJSONRequest(Request):
+    """`json()` parses strictly and keeps a failure in `parse_error` instead of raising it: FastAPI reads the body
+    before it runs the router's dependencies, so a raise here would answer a caller without a key with 422 and the
+    body's faults, where a schema-invalid body gets 403."""
+
+    parse_error: RequestValidationError | None = None
+
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
-            body = await self.body()
             try:
-                self._json = await parse_json_off_loop(body)
+                self._json = await parse_json_off_loop(await self.body())
             except RequestValidationError as error:
-                issue = error.errors()[0]
-                pos = issue["loc"][1] if len(issue["loc"]) > 1 and isinstance(issue["loc"][1], int) else 0
-                reason = str(issue["msg"]).removeprefix("JSON decode error: ")  # FastAPI adds the prefix again
-                raise json.JSONDecodeError(reason, body.decode("utf-8", "replace"), pos) from error
+                self.parse_error = error
+                self._json = _Unparsed()
         return self._json
 
 
 class StrictJSONRoute(APIRoute):
+    """Strict JSON bodies (a missing Content-Type is JSON, as on /v1/systemone; another type is 415). The body's
+    errors are reported after the dependencies (the API key) have passed."""
+
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def strict(request: Request) -> Response:
-            return await handler(StrictJSONRequest(request.scope, request.receive))
+            strict_request = StrictJSONRequest(request.scope, request.receive)
+            try:
+                return await handler(strict_request)
+            except RequestValidationError as error:
+                if strict_request.parse_error is not None:
+                    raise strict_request.parse_error from error.__cause__
+                media = media_type(strict_request)
+                if await strict_request.body() and not _is_json(media):
+                    raise UnsupportedMediaTypeError(f"content type {media!r} is not supported; send application/json") from error
+                raise
 
         return strict
+
+
+def _is_json(media: str) -> bool:
+    """What FastAPI reads as JSON (with `strict_content_type` off, no Content-Type at all included)."""
+    return media == "" or media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
 
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -69,11 +92,18 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     403: {"model": ErrorResponse, "description": "Missing API key."},
     404: {"model": ErrorResponse, "description": "No such node."},
     413: {"model": ErrorResponse, "description": "Body over the size limit."},
+    415: {"model": ErrorResponse, "description": "A body that is not JSON."},
     422: {"model": ValidationErrorResponse, "description": "Invalid input."},
     503: {"model": ErrorResponse, "description": "The memory engine is not available."},
 }
 
-router = APIRouter(prefix="/v1/memory", tags=["Memory"], route_class=StrictJSONRoute, responses=_ERRORS)
+# `NodeId = Path()` would drop NodeId's length bounds (FastAPI keeps only the Path's own): annotate instead.
+NodePath = Annotated[NodeId, Path()]
+NodeQuery = Annotated[NodeId, Query()]
+
+router = APIRouter(
+    prefix="/v1/memory", tags=["Memory"], route_class=StrictJSONRoute, responses=_ERRORS, strict_content_type=False
+)
 Memory = Depends(get_memory)
 
 
@@ -98,26 +128,26 @@ async def query(body: QueryIn, memory: MemoryService = Memory) -> QueryOut:
 
 @router.head("/nodes/{node_id}", include_in_schema=False)  # GET without the body (does the node exist?)
 @router.get("/nodes/{node_id}", response_model=NodeViewOut, summary="A node with its edges and backlinks")
-async def get_node(node_id: NodeId = Path(), memory: MemoryService = Memory) -> NodeViewOut:
+async def get_node(node_id: NodePath, memory: MemoryService = Memory) -> NodeViewOut:
     view = await memory.call(lambda engine: engine.get(node_id))
     return NodeViewOut.of(view)
 
 
 @router.patch("/nodes/{node_id}", response_model=NodeViewOut, summary="Edit a node's text (inferred links are re-assessed later, derived summaries are deleted)")
-async def edit_node(body: EditIn, node_id: NodeId = Path(), memory: MemoryService = Memory) -> NodeViewOut:
+async def edit_node(body: EditIn, node_id: NodePath, memory: MemoryService = Memory) -> NodeViewOut:
     view = await memory.call(lambda engine: engine.edit(node_id, body.content))
     return NodeViewOut.of(view)
 
 
 @router.delete("/nodes/{node_id}", status_code=204, summary="Delete a node, its edges and the summaries derived from it")
-async def delete_node(node_id: NodeId = Path(), memory: MemoryService = Memory) -> Response:
+async def delete_node(node_id: NodePath, memory: MemoryService = Memory) -> Response:
     if not await memory.call(lambda engine: engine.delete(node_id)):
         raise NodeNotFoundError(node_id)
     return Response(status_code=204)
 
 
 @router.put("/nodes/{node_id}/links", response_model=NodeViewOut, summary="Replace a node's explicit outgoing links")
-async def set_links(body: SetLinksIn, node_id: NodeId = Path(), memory: MemoryService = Memory) -> NodeViewOut:
+async def set_links(body: SetLinksIn, node_id: NodePath, memory: MemoryService = Memory) -> NodeViewOut:
     links = [(link.dst, link.relation) for link in body.links]
     view = await memory.call(lambda engine: engine.set_links(node_id, links))
     return NodeViewOut.of(view)
@@ -131,7 +161,7 @@ async def link(body: LinkIn, memory: MemoryService = Memory) -> EdgeOut:
 
 @router.delete("/links", status_code=204, summary="Remove one link")
 async def unlink(
-    src: NodeId = Query(), dst: NodeId = Query(), relation: Relation = Query(), memory: MemoryService = Memory
+    src: NodeQuery, dst: NodeQuery, relation: Annotated[Relation, Query()], memory: MemoryService = Memory
 ) -> Response:
     if not await memory.call(lambda engine: engine.unlink(src, dst, relation)):
         raise NotFoundError(f"no {relation!r} link from {src!r} to {dst!r}")

@@ -117,8 +117,10 @@ class BodyMiddleware:
             if not (declared.isascii() and declared.strip().isdigit()):  # isdigit alone takes "²", which int() refuses
                 await send_error(scope, send, 400, "invalid_request_error", "Content-Length is not a number")
                 return
-            if int(declared) > limit:
-                await send_error(scope, send, 413, "request_too_large", f"request body of {int(declared)} bytes exceeds the limit of {limit} bytes")
+            digits = declared.strip().lstrip("0") or "0"
+            if len(digits) > len(str(limit)) or int(digits) > limit:  # int() refuses over 4300 digits (ValueError)
+                size = f"{digits} bytes" if len(digits) <= 20 else f"a {len(digits)}-digit number of bytes"
+                await send_error(scope, send, 413, "request_too_large", f"request body of {size} exceeds the limit of {limit} bytes")
                 return
         encoding = headers.get("content-encoding", "identity").strip().lower()
         if encoding not in ("identity", "", "zstd"):

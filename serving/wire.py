@@ -194,7 +194,7 @@ class ParsedBody:
     size: int  # bytes of the JSON text: bodies of megabytes take seconds to parse and plan
 
 
-def _media_type(request: Request) -> str:
+def media_type(request: Request) -> str:
     header = request.headers.get("content-type")
     if not header:
         return ""
@@ -206,7 +206,15 @@ def _media_type(request: Request) -> str:
 class _RawFieldParser(MultiPartParser):
     """Starlette's multipart parser, but a part without a filename keeps its bytes. Starlette decodes such a
     part itself and, when it is not valid in the declared charset, falls back to latin-1 without a word, so a
-    `request` part of invalid UTF-8 would be read as mojibake instead of being refused like a JSON body."""
+    `request` part of invalid UTF-8 would be read as mojibake instead of being refused like a JSON body.
+    Part names are decoded in the declared charset; Starlette falls back to latin-1 on UnicodeDecodeError only,
+    and codecs such as punycode or undefined raise a bare UnicodeError, which is a bad request here."""
+
+    def on_headers_finished(self) -> None:
+        try:
+            super().on_headers_finished()
+        except UnicodeError as error:
+            raise MultiPartException(f"multipart part names cannot be decoded in the charset {self._charset!r}") from error
 
     def on_part_end(self) -> None:
         if self._current_part.file is not None:
@@ -225,7 +233,7 @@ async def _read_form(request: Request, max_bytes: int) -> FormData:
 
 async def read_systemone_body(request: Request, max_bytes: int) -> ParsedBody:
     """Read a JSON or multipart body (already size-limited and decompressed by the middleware)."""
-    media = _media_type(request)
+    media = media_type(request)
     asset_parts: tuple[str, ...] = ()
     if media == "multipart/form-data":
         form = await _read_form(request, max_bytes)

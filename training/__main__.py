@@ -24,12 +24,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         importlib.import_module(module).add_parser(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from controller.errors import ArtifactError, BackendUnavailableError
     from data.schema import DataError
     from training.errors import TrainingError
 
     try:
         return int(args.handler(args))
-    except (DataError, TrainingError) as error:  # bad input or a stage that cannot run: a message, not a traceback
+    except (DataError, TrainingError, ArtifactError, BackendUnavailableError) as error:  # bad input (data, a model or base directory)
+        # or a stage that cannot run: a message, not a traceback
         print(f"error: {error}", file=sys.stderr)
         return 2
 

@@ -68,6 +68,8 @@ def load_checkpoint(path: Path, model: Any, optimizer: Any, config: FitConfig, d
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises several types for a torn or foreign file
         raise CheckpointError(f"cannot read checkpoint {path}: {error}") from error
+    if not isinstance(state, dict) or not isinstance(state.get("trainable"), dict):
+        raise CheckpointError(f"{path} is not a fit checkpoint (no trainable weights); start a new run directory")
     if state.get("fingerprint") != config.fingerprint():
         raise CheckpointError(f"{path} was written with another training configuration; start a new run directory")
     if state.get("data", data) != data:  # checkpoints from before the data fingerprint carry none

@@ -117,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
     unknown = sorted(families - set(FAMILIES))
     if unknown:
         raise PipelineError(f"unknown families in --families: {', '.join(unknown)}; families: {', '.join(FAMILIES)}")
+    if args.threads < 1:  # torch's own refusal is a RuntimeError traceback
+        raise PipelineError(f"--threads must be >= 1, got {args.threads}")
     torch.set_num_threads(args.threads)
     configs = [PipelineConfig(model_dir=d, data_dir=args.data_dir, base_path=args.base, progress=False) for d in args.model_dirs]
     examples = [e for e in split_examples(configs[0], args.split) if not families or e.family in families]

@@ -112,7 +112,13 @@ def conversation_ids(text: str) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from data.paths import unwritable
+    from data.schema import DataError
+
     start = time.perf_counter()
+    problem = unwritable(Path(args.out), directory=True)
+    if problem:  # found at the write, it would cost the whole build
+        raise DataError(f"cannot write the decision data to {args.out}: {problem}")
     calibration = tuple(f"locomo:{c}" for c in args.calibration_conversations)
     config = BuildConfig(
         locomo=args.locomo, audit=args.audit, synthetic_per_family=args.synthetic_per_family, seed=args.seed,

@@ -96,9 +96,12 @@ def run(args: argparse.Namespace) -> int:
     from controller.specialists import load_specialists
     from controller.template import get_tokenizer
     from data.schema import load_examples
+    from training.errors import PipelineError
     from training.predict import predict
     from training.sampling import prepare_requests
 
+    if args.threads < 1:  # torch's own refusal is a RuntimeError traceback
+        raise PipelineError(f"--threads must be >= 1, got {args.threads}")
     torch.set_num_threads(args.threads)
 
     def relevance(split: str) -> list[Any]:

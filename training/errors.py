@@ -3,6 +3,7 @@
     TrainingError            root of every training failure
     ├── LossInputError       a loss got tensors that break its contract (shape, range, normalisation)
     ├── CheckpointError      a checkpoint that cannot be resumed (missing, corrupt, another config)
+    ├── DeviceError          a device that is asked for and absent (also a ValueError)
     └── PipelineError        a pipeline stage that cannot run (missing data, missing model directory)
 """
 
@@ -19,6 +20,10 @@ class LossInputError(TrainingError, ValueError):
 
 class CheckpointError(TrainingError):
     """A checkpoint cannot be resumed."""
+
+
+class DeviceError(TrainingError, ValueError):
+    """The configured device is not available (`--device cuda` where torch sees no GPU)."""
 
 
 class PipelineError(TrainingError):

@@ -56,8 +56,12 @@ def locomo_rules(cfg: PipelineConfig) -> LocomoRules:
 
 def stage_build_data(cfg: PipelineConfig) -> dict[str, Any]:
     from data.builders.dataset import BuildConfig, build_dataset, write_build
+    from data.paths import unwritable
     from data.splits import SplitPlan
 
+    problem = unwritable(cfg.data, directory=True)
+    if problem:  # found at the write, it would cost the whole build
+        raise PipelineError(f"cannot write the decision data to {cfg.data}: {problem}")
     result = build_dataset(BuildConfig(locomo=cfg.locomo, audit=cfg.audit, synthetic_per_family=cfg.synthetic_per_family,
                                        seed=cfg.fit.seed, dense=cfg.dense, rules=locomo_rules(cfg),
                                        train_conversations=tuple(cfg.train_conversations), include=tuple(cfg.include),

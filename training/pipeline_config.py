@@ -9,6 +9,7 @@ stages; `training.calibration_compare` and the tests read the same split files a
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,9 @@ class PipelineConfig:
     command: str = "make train"
 
     def __post_init__(self) -> None:
+        for name in ("specialist_max_minutes", "total_minutes", "finish_minutes", "rename_speakers"):
+            if not math.isfinite(getattr(self, name)):  # NaN passes the range checks below and turns a budget off
+                raise PipelineError(f"{name} must be a finite number, got {getattr(self, name)}")
         if not 0.0 <= self.noul_as_choice_rate <= 1.0:
             raise PipelineError(f"noul_as_choice_rate must lie in [0, 1], got {self.noul_as_choice_rate}")
         for name in ("specialist_steps", "max_questions"):

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from training.checkpoints import checkpoint_dir, clear_checkpoints, data_fingerprint, latest_checkpoint, load_checkpoint, save_checkpoint
-from training.errors import CheckpointError
+from training.errors import CheckpointError, DeviceError
 from training.fit_log import plot_log, read_log, truncate_log
 from training.sampling import BalancedSampler, LabeledRequest, collate, label_tensors
 
@@ -73,6 +73,10 @@ class FitConfig:
     device: str = "auto"  # "auto" (CUDA when present, else CPU), "cpu", "cuda" or "cuda:N"; a run-time knob like threads
 
     def __post_init__(self) -> None:
+        for f in fields(self):  # NaN passes every comparison below; an infinite rate or weight fits NaN weights
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"FitConfig.{f.name} must be a finite number, got {value}")
         positive = ("steps", "tokens_per_step", "max_batch_tokens", "lora_r", "lora_alpha", "threads", "checkpoint_every", "keep_checkpoints")
         for name in positive:
             if getattr(self, name) < 1:
@@ -119,14 +123,14 @@ class FitConfig:
 
 def resolve_device(name: str) -> Any:
     """The torch device of a `FitConfig.device` name (`controller.torch_model.torch_device`); ValueError when
-    CUDA is asked for and torch sees no GPU."""
+    CUDA is asked for and torch sees no GPU (`DeviceError`, a `TrainingError`: the command line's message)."""
     from controller.errors import BackendUnavailableError
     from controller.torch_model import torch_device
 
     try:
         return torch_device(name)
     except BackendUnavailableError as error:
-        raise ValueError(str(error)) from error
+        raise DeviceError(str(error)) from error
 
 
 def native_bf16(device: Any) -> bool:

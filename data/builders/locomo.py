@@ -98,6 +98,7 @@ TYPING: no sound rule from observation facts was found; synthetic data only.
 from __future__ import annotations
 
 import logging
+import math
 import random
 from collections import Counter
 from collections.abc import Sequence
@@ -147,6 +148,8 @@ class LocomoRules:
 
     def __post_init__(self) -> None:
         for name, value in self.__dict__.items():
+            if isinstance(value, float) and not math.isfinite(value):  # NaN passes every comparison below
+                raise DataError(f"LocomoRules.{name} must be a finite number, got {value}")
             if isinstance(value, (int, float)) and value < 0:
                 raise DataError(f"LocomoRules.{name} must be >= 0, got {value}")
         if self.rename_speakers > 1:

@@ -59,8 +59,11 @@ class SQLiteStore:
         self._closed = False
         self._indexed_generation = -1  # the vector generation the faiss index reflects (set when it is built)
         self._pending_bumps = 0  # generation bumps of the open transaction, counted on commit
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:  # a directory, a path under a file, no permission
+            raise StoreError(f"cannot open store at {self.path}: {exc}") from exc
         try:
             for pragma in ("journal_mode = WAL", "synchronous = NORMAL", "foreign_keys = ON", "busy_timeout = 5000"):
                 self._conn.execute(f"PRAGMA {pragma}")

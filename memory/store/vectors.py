@@ -113,14 +113,23 @@ class VectorIndex:
             return None
 
     def search(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """(seq, cosine) best first; ties broken by seq."""
+        """(seq, cosine) best first; ties broken by seq.
+
+        faiss cuts a tie at the k-th score in storage order (a re-added vector moves to the end), so the search
+        widens until the k-th score is strictly above the last one fetched: every tied seq competes on seq."""
         if k <= 0 or not len(self):
             return []
-        k = min(k, len(self))
+        n = len(self)
+        unit = normalised(query).reshape(1, -1)
         _faiss().omp_set_num_threads(self.threads)
-        scores, ids = self._index.search(normalised(query).reshape(1, -1), k)
-        hits = [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
-        return sorted(hits, key=lambda h: (-h[1], h[0]))
+        fetch = min(k + 1, n)
+        while True:
+            scores, ids = self._index.search(unit, fetch)
+            hits = [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
+            if fetch >= n or len(hits) <= k or hits[-1][1] < hits[k - 1][1]:
+                break
+            fetch = min(2 * fetch, n)
+        return sorted(hits, key=lambda h: (-h[1], h[0]))[:k]
 
     # ---------------------------------------------------------------- persistence
     def save(self, path: Path, generation: int) -> None:

@@ -263,6 +263,16 @@ class StoreContract:
         with pytest.raises(EmbeddingError):
             store.vector_search(np.ones(DIM + 2), 3)
 
+    def test_vector_search_breaks_ties_by_seq_after_updates(self, store: Store) -> None:
+        for seq in range(6):  # identical vectors (the same text embedded twice): every score ties
+            store.add_node(make_node(f"d{seq}", seq, "thanks!"), unit(0))
+        store.update_node(store.get_node("d0"), unit(0))  # re-embedded: faiss stores it last  # type: ignore[arg-type]
+        store.delete_node("d1")
+        store.add_node(make_node("d1", 1, "thanks!"), unit(0))
+        assert [i for i, _ in store.vector_search(unit(0), 2)] == ["d0", "d1"]
+        assert [i for i, _ in store.vector_search(unit(0), 5)] == ["d0", "d1", "d2", "d3", "d4"]
+        assert [i for i, _ in store.vector_search(unit(0), 9)] == ["d0", "d1", "d2", "d3", "d4", "d5"]
+
     def test_vector_search_on_empty_store(self, store: Store) -> None:
         assert store.vector_search(unit(0), 5) == []
 

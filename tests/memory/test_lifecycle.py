@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import pytest
 
-from memory.errors import InvalidObservationError, InvalidRelationError, NodeNotFoundError
+from memory.errors import InvalidLinkError, InvalidObservationError, InvalidRelationError, NodeNotFoundError
 from memory.types import EdgeOrigin, LinkStatus
 from tests.memory.engine_fakes import RuleBackend, make_engine, obs
 
@@ -237,3 +238,44 @@ def test_replacing_authored_links_clears_the_supersession_they_carried_like_unli
     assert engine.store.get_node(older).superseded_by is None  # type: ignore[union-attr]
     engine.delete(newer)
     assert all(n.superseded_by is None or engine.store.get_node(n.superseded_by) for n in engine.store.iter_nodes())
+
+
+def _sqlite_engine(tmp_path: Any) -> Any:
+    from controller.client import SystemOneClient
+    from controller.embedding import HashingEmbedder
+    from memory.engine import Engine
+    from memory.store import SQLiteStore
+
+    return Engine(SQLiteStore(tmp_path / "m.db", dim=64), SystemOneClient(RuleBackend()), HashingEmbedder(64))
+
+
+@pytest.mark.parametrize("attrs", [{"when": datetime(2024, 5, 1)}, {"note": "\ud800"}, {"p": float("nan")}, {1: "a", "b": 2}, ["by", "user"]])
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_link_attrs_no_store_can_keep_are_refused_and_nothing_is_written(tmp_path: Any, kind: str, attrs: Any) -> None:
+    # the in-memory store kept them as given while SQLite raised a bare TypeError / UnicodeEncodeError
+    engine = make_engine(consolidation_every=0) if kind == "memory" else _sqlite_engine(tmp_path)
+    a, b = (engine.write(obs(t, m)).node_id for t, m in (("Mira: packed", 0), ("Mira: drove", 10)))
+    before = engine.store.edges_from(a)
+    with pytest.raises(InvalidLinkError):
+        engine.link(a, b, "causal", attrs=attrs)
+    assert engine.store.edges_from(a) == before and engine.store.check() == []
+    engine.store.close()
+
+
+def test_link_attrs_are_stored_as_json_reads_them_back(tmp_path: Any) -> None:
+    stored = []
+    for engine in (make_engine(consolidation_every=0), _sqlite_engine(tmp_path)):
+        a, b = (engine.write(obs(t, m)).node_id for t, m in (("Mira: packed", 0), ("Mira: drove", 10)))
+        assert engine.link(a, b, "causal", attrs={"span": (1, 2)}).attrs == {"span": [1, 2]}
+        stored.append(engine.store.edges_from(a, ["causal"])[0].attrs)
+        engine.store.close()
+    assert stored == [{"span": [1, 2]}, {"span": [1, 2]}]
+
+
+@pytest.mark.parametrize("links", [[("x",)], [("x", "causal", "extra")], "ab", [None]])
+def test_malformed_authored_link_lists_are_refused(links: Any) -> None:
+    engine = make_engine(consolidation_every=0)
+    a = engine.write(obs("Mira: packed", 0)).node_id
+    with pytest.raises(InvalidLinkError):
+        engine.set_links(a, links)
+    assert "links_authored" not in engine.store.get_node(a).metadata

@@ -248,6 +248,15 @@ def test_empty_store_and_bad_queries() -> None:
         engine.query("x", k=0)
 
 
+@pytest.mark.parametrize("limits", [{"k": 2.5}, {"k": "3"}, {"k": None}, {"k": True}, {"budget": 1.5}, {"budget": "8"}])
+def test_limits_that_are_not_whole_numbers_are_invalid_queries(limits: dict[str, Any]) -> None:
+    # a bare TypeError escaped before (from `k < 1`, or from slicing the evidence by a float deep in the read path)
+    engine = make_engine()
+    engine.write(obs("Mira: my bike is red", 0))
+    with pytest.raises(InvalidQueryError):
+        engine.query("bike", **limits)
+
+
 def test_superseded_nodes_drop_when_recency_matters() -> None:
     rules = {("routing", "recency"): lambda s: 1.0, ("relevance", "relevant"): lambda s: 0.5}
     engine = make_engine(RuleBackend(rules), consolidation_every=0, superseded_penalty=0.5)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from memory.store import InMemoryStore, SQLiteStore, StoreConfigError, StoreCorruptionError, open_store
+from memory.store import InMemoryStore, SQLiteStore, StoreConfigError, StoreCorruptionError, StoreError, open_store
 from memory.store._common import fts_query
 from memory.store.base import Store
 from memory.types import Edge, EdgeOrigin, LinkStatus
@@ -76,6 +76,17 @@ def test_reopen_with_other_dim_or_embedder_fails(tmp_path: Path) -> None:
         SQLiteStore(path, dim=DIM * 2)
     with pytest.raises(StoreConfigError):
         SQLiteStore(path, dim=DIM, embedder="b")
+
+
+@pytest.mark.parametrize("where", ["a directory", "under a file"])
+def test_a_path_that_cannot_hold_a_store_is_a_store_error(tmp_path: Path, where: str) -> None:
+    # a bare sqlite3.OperationalError / FileExistsError escaped before: no domain error, no path in the message
+    (tmp_path / "notes.txt").write_text("mine", encoding="utf-8")
+    path = tmp_path if where == "a directory" else tmp_path / "notes.txt" / "mem.db"
+    with pytest.raises(StoreError, match="cannot open store") as caught:
+        SQLiteStore(path, dim=DIM)
+    assert caught.value.__cause__ is not None
+    assert (tmp_path / "notes.txt").read_text(encoding="utf-8") == "mine"
 
 
 def test_missing_vector_file_is_rebuilt(tmp_path: Path) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
 from memory.types import EdgeOrigin
 from tests.memory.engine_fakes import RuleBackend, make_engine, obs
 
@@ -112,3 +114,21 @@ def test_pairs_are_not_consolidated_twice() -> None:
     write_all(engine)
     assert engine.consolidate().pairs == 3
     assert engine.consolidate().pairs == 0
+
+
+def test_a_consolidation_that_rolls_back_judges_its_pairs_again() -> None:
+    engine = make_engine(RuleBackend(represent("supersede")), consolidation_every=0)
+    write_all(engine)
+    update = engine.store.update_node
+
+    def disk_full(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("disk full")
+
+    engine.store.update_node = disk_full  # type: ignore[method-assign]  # the first supersession fails
+    with pytest.raises(RuntimeError):
+        engine.consolidate()
+    engine.store.update_node = update  # type: ignore[method-assign]
+    assert all(n.superseded_by is None for n in engine.store.iter_nodes())  # nothing of the failed run stayed
+    report = engine.consolidate()
+    assert report.pairs == 3  # not "done": their decisions were rolled back
+    assert report.superseded >= 1

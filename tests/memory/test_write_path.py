@@ -233,6 +233,9 @@ def test_an_observation_over_the_controllers_input_limit_is_stored_over_budget()
         Observation("fine text", entities=("\ud800",)),
         Observation("fine text", metadata={"note": "\udfff"}),
         Observation("fine text", metadata={"when": T0}),  # not JSON: a persistent store could not keep it
+        Observation("fine text", metadata={"score": float("nan")}),  # NaN / Infinity are not JSON either
+        Observation("fine text", metadata={"score": [1.0, float("-inf")]}),
+        Observation("fine text", metadata=[("topic", "work")]),  # type: ignore[arg-type]  # not an object
         Observation("fine text", observed_at=datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5)))),
         Observation("fine text", event_time=datetime.max.replace(tzinfo=timezone(timedelta(hours=-5)))),
     ],
@@ -306,3 +309,20 @@ def test_other_metadata_is_kept_as_given() -> None:
     engine = make_engine()
     node_id = engine.write(obs("Mira: data science work", 0, metadata={"topic": "work", "links": 2})).node_id
     assert engine.store.get_node(node_id).metadata == {"topic": "work", "links": 2}
+
+
+def test_metadata_is_stored_as_the_json_object_every_store_reads_back(tmp_path: Any) -> None:
+    # a tuple or a non-text key comes back from SQLite as JSON made it ([...], "3"): the in-memory store must agree
+    from controller.client import SystemOneClient
+    from controller.embedding import HashingEmbedder
+    from memory.engine import Engine
+    from memory.store import SQLiteStore
+
+    given = [{"pair": (1, 2), "nested": {"t": ("a",)}}, {3: "three"}]
+    sqlite = Engine(SQLiteStore(tmp_path / "m.db", dim=64), SystemOneClient(RuleBackend()), HashingEmbedder(64))
+    stored = []
+    for engine in (make_engine(), sqlite):
+        ids = [engine.write(obs(f"Mira: data science work {i}", i, metadata=m)).node_id for i, m in enumerate(given)]
+        stored.append([engine.store.get_node(i).metadata for i in ids])
+    sqlite.store.close()
+    assert stored[0] == stored[1] == [{"pair": [1, 2], "nested": {"t": ["a"]}}, {"3": "three"}]

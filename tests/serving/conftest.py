@@ -66,6 +66,25 @@ async def client(make_app: Callable[..., FastAPI]) -> AsyncIterator[httpx2.Async
         yield c
 
 
+async def raw_post(app: FastAPI, path: str, headers: list[tuple[bytes, bytes]], content: bytes = b"{}") -> list[dict[str, Any]]:
+    """The ASGI messages `app` sends for a POST whose headers no HTTP client would send (a Content-Length that is
+    not a number, thousands of digits long): straight through the ASGI interface, app lifespan included."""
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": content, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http", "path": path,
+             "raw_path": path.encode(), "query_string": b"", "root_path": "", "client": ("127.0.0.1", 1), "server": ("local", 80),
+             "headers": headers}  # fmt: skip
+    async with serving(app):
+        await app(scope, receive, send)
+    return sent
+
+
 class ASGIBridge(httpx2.BaseTransport):
     """A sync httpx2 transport that runs each request through the ASGI app on a blocking portal's loop."""
 

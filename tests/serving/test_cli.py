@@ -68,7 +68,7 @@ def test_query_json_and_show_and_stats(db: Path, capsys: pytest.CaptureFixture[s
         (["query", "--db", "{tmp}/missing.db", "x"], "no memory store"),
         (["show", "--db", "{db}", "no-such-node"], "no node with id"),
         (["query", "--db", "{db}", "bicycle", "--embedder", "minilm"], "embedded with 'hashing'"),
-        (["query", "--db", "{db}", "bicycle", "--k", "0"], "k must be >= 1"),
+        (["query", "--db", "{db}", "bicycle", "--k", "0"], "k must be a whole number >= 1"),
         (["query", "--db", "{db}", "bicycle", "--config", "nope"], "unknown preset"),
     ],
 )

@@ -11,7 +11,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from memory.errors import SystemTwoError
+from memory.errors import InvalidLinkError, SystemTwoError
 from serving import Settings, create_app
 from serving.runtime import MemoryService, get_memory
 from tests.serving.conftest import serving
@@ -107,6 +107,19 @@ async def test_unknown_nodes_in_links_are_404(fake_memory: tuple[httpx2.AsyncCli
     client, _ = fake_memory
     r = await client.post(f"{M}/links", json={"src": "nope", "dst": "nada", "relation": "semantic"})
     assert r.status_code == 404 and r.json()["detail"]["error_type"] == "not_found"
+
+
+async def test_link_attrs_the_engine_refuses_are_422_not_500(fake_memory: tuple[httpx2.AsyncClient, FakeEngine],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    client, engine = fake_memory
+    ids = [(await client.post(f"{M}/observations", json={"content": f"note {i}"})).json()["node_id"] for i in range(2)]
+
+    def refuse(src: str, dst: str, relation: str, *, attrs: dict[str, Any] | None = None) -> Any:
+        raise InvalidLinkError("link attrs must be a JSON object", attrs)
+
+    monkeypatch.setattr(engine, "link", refuse)
+    r = await client.post(f"{M}/links", json={"src": ids[0], "dst": ids[1], "relation": "semantic"})
+    assert r.status_code == 422 and "JSON object" in r.json()["detail"][0]["msg"]
 
 
 async def test_engine_swapped_with_dependency_overrides(make_app: Any) -> None:

@@ -13,7 +13,7 @@ import httpx2
 import pytest
 from backports.zstd import compress
 
-from tests.serving.conftest import CHOICE, NOUL, SCORE, body, serving
+from tests.serving.conftest import CHOICE, NOUL, SCORE, body, raw_post, serving
 from tests.serving.fakes import FakeBackend
 
 RID = "x-typesafe-request-id"
@@ -277,20 +277,7 @@ async def test_bad_encodings_are_4xx(make_app: Any, raw: bytes, encoding: str, s
 @pytest.mark.parametrize("declared", [b"\xb2", b"-1", b"12_0"])  # b"\xb2" is "²" in latin-1, a digit to str.isdigit
 async def test_a_bad_content_length_is_400_not_500(make_app: Any, declared: bytes) -> None:
     """Servers in front (h11, httptools) refuse these already; the app must not 500 when one does get through."""
-    app = make_app()
-    sent: list[Any] = []
-
-    async def receive() -> Any:
-        return {"type": "http.request", "body": b"{}", "more_body": False}
-
-    async def send(message: Any) -> None:
-        sent.append(message)
-
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http", "path": "/v1/systemone",
-             "raw_path": b"/v1/systemone", "query_string": b"", "root_path": "", "client": ("127.0.0.1", 1), "server": ("local", 80),
-             "headers": [(b"content-type", b"application/json"), (b"content-length", declared)]}  # fmt: skip
-    async with serving(app):
-        await app(scope, receive, send)
+    sent = await raw_post(make_app(), "/v1/systemone", [(b"content-type", b"application/json"), (b"content-length", declared)])
     assert sent[0]["status"] == 400
 
 

@@ -187,3 +187,28 @@ def test_build_data_refuses_a_swap_target_that_is_not_a_negative(tmp_path: Path,
     assert main(["build-data", "--out", str(tmp_path / "bad"), "--synthetic-per-family", "4", "--swap-target", "0.7"]) == 2
     assert "swap_target is a negative's soft target in [0, 0.5)" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+
+
+def test_an_out_that_cannot_be_a_directory_is_refused_before_the_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    # it was a FileExistsError / NotADirectoryError traceback, raised only once the whole build had run
+    import data.builders
+
+    def never(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a refused --out must not start the build")
+
+    monkeypatch.setattr(data.builders.dataset, "build_dataset", never)
+    monkeypatch.setattr("training.data_cli.build_dataset", never)
+    (tmp_path / "a-file").write_text("x", encoding="utf-8")
+    for out in (tmp_path / "a-file", tmp_path / "a-file" / "sub"):
+        assert main(["build-data", "--out", str(out), "--synthetic-per-family", "4", "--dense", "none"]) == 2
+        err = capsys.readouterr().err
+        assert "cannot write the decision data to" in err and "is a file" in err and "Traceback" not in err
+    assert (tmp_path / "a-file").read_text(encoding="utf-8") == "x"
+
+
+def test_distill_to_a_directory_is_a_message_not_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "data"
+    assert main(["build-data", "--out", str(out), "--synthetic-per-family", "4", "--dense", "none"]) == 0
+    assert main(["distill", "--data", str(out), "--base-url", "http://teacher.local", "--name", "t", "--out", str(out)]) == 2
+    assert "cannot write teacher records to" in capsys.readouterr().err

@@ -442,3 +442,59 @@ def test_a_swap_target_softens_only_the_swapped_negatives(locomo: tuple) -> None
         assert s.target == (0.15 if s.notes == "locomo:swap" else h.target)
     with pytest.raises(DataError, match="swap_target"):
         LocomoRules(swap_target=0.5)
+
+
+def test_conversations_the_rules_cannot_label_are_refused_naming_the_record(tmp_path: Path) -> None:
+    # each of these loaded silently and then either crashed a builder with a traceback (no turns, a question
+    # or speaker that is not text) or wrote a build whose example ids repeat (the same sample twice)
+    from data.locomo import LocomoError
+
+    path, audit = write_locomo_fixture(tmp_path)
+    samples = json.loads(path.read_text(encoding="utf-8"))
+
+    def drop_sessions(s: list) -> None:
+        conv = s[1]["conversation"]
+        for key in [k for k in conv if k.startswith("session_")]:
+            del conv[key]
+
+    for change, message in (
+        (lambda s: s.append(json.loads(json.dumps(s[0]))), r"sample 4 \(conv-26\): sample_id conv-26 appears more than once"),
+        (drop_sessions, r"sample 1 \(conv-30\): no session turns"),
+        (lambda s: s[0]["qa"][3].update(question=None), r"sample 0 \(conv-26\): qa 3: question must be a string, got None"),
+        (lambda s: s[2]["conversation"].update(speaker_a=7), r"sample 2 \(conv-41\): speaker_a must be a string, got 7"),
+        (lambda s: s[0]["conversation"]["session_2"][1].update(speaker=None), r"session_2 turn 1: speaker must be a string"),
+        (lambda s: s[0]["conversation"]["session_1"][2].update(dia_id=3), r"session_1 turn 2: dia_id must be a string, got 3"),
+    ):
+        broken = json.loads(json.dumps(samples))
+        change(broken)
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps(broken), encoding="utf-8")
+        with pytest.raises(LocomoError, match=message):
+            load_locomo(bad)
+    (tmp_path / "empty.json").write_text("[]", encoding="utf-8")
+    with pytest.raises(LocomoError, match="empty.json holds no conversations"):
+        load_locomo(tmp_path / "empty.json")
+    assert len(load_locomo(path, audit=audit)) == 4
+
+
+def test_audit_entries_that_cannot_name_a_question_are_refused(tmp_path: Path) -> None:
+    from data.locomo import LocomoError
+
+    path, _ = write_locomo_fixture(tmp_path)
+    question = json.loads(path.read_text(encoding="utf-8"))[0]["qa"][2]["question"]
+    for entry, message in (
+        ({"question_id": "locomo_0_qa3", "question": ["not", "text"], "correct_evidence": ["D2:6"]}, "audit entry 0: question must be a string"),
+        # -1 silently named the last conversation of locomo10.json (conv-50)
+        ({"question_id": "locomo_-1_qa3", "question": question, "correct_evidence": ["D2:6"]}, "audit entry 0: .*locomo_-1_qa3"),
+    ):
+        audit = tmp_path / "audit.json"
+        audit.write_text(json.dumps([entry]), encoding="utf-8")
+        with pytest.raises(LocomoError, match=message):
+            load_locomo(path, audit=audit)
+
+
+@pytest.mark.parametrize("name", ["rename_speakers", "swap_target"])
+def test_rule_shares_that_are_not_numbers_are_refused(name: str) -> None:
+    # NaN passed every range check: rename_speakers=nan renamed nothing, swap_target=nan labelled negatives nan
+    with pytest.raises(DataError, match=f"LocomoRules.{name} must be a finite number, got nan"):
+        LocomoRules(**{name: float("nan")})

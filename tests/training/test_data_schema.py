@@ -155,3 +155,31 @@ def test_splits_and_datasets_loading(tmp_path: Path) -> None:
     assert row["kind"] == "choice" and json.loads(row["target"]) == {"before": 1.0, "after": 0.0, "unknown": 0.0}
     assert row["state_key"] == examples[2].state_key
     assert from_row(row) == examples[1 + 1]
+
+
+def test_records_that_cannot_be_written_back_or_numbers_too_big_are_schema_errors(tmp_path: Path) -> None:
+    # json.loads reads NaN and 400-digit numbers; they crashed the build later (ValueError from canonical()/to_json,
+    # OverflowError from float()) with a traceback instead of a message naming the line
+    good = make(0).to_dict()
+    lines = {
+        "state": json.dumps(good).replace('"Ann ran 0 km. \\u2713"', "NaN"),
+        "question": json.dumps({**good, "question": {**NOUL, "criteria": {"true": 1.0}}}).replace("1.0}", "Infinity}"),
+        "weight": json.dumps({**good, "weight": 10**400}),
+        "target": json.dumps({**good, "target": 10**400}),
+        "depth": "[" * 100_000,
+    }
+    for name, line in lines.items():
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text(line + "\n" + make(1).to_json() + "\n", encoding="utf-8")
+        with pytest.raises(SchemaError, match=f"{name}.jsonl:1: "):
+            list(read_jsonl(path))
+
+
+def test_a_split_file_that_cannot_be_read_is_a_data_error_naming_it(tmp_path: Path) -> None:
+    from data.schema import DataError
+
+    (tmp_path / "train.jsonl").write_bytes(b"\xff\xfe\x00{not text")
+    (tmp_path / "dev.jsonl").mkdir()
+    for split in ("train", "dev"):
+        with pytest.raises(DataError, match=f"cannot read decision examples .*{split}.jsonl"):
+            load_examples(tmp_path, split)

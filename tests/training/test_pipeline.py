@@ -277,6 +277,13 @@ def test_cli_keeps_build_data_and_adds_the_stages() -> None:
     (["fit-specialist", "--specialist", "relevance", "--specialist-steps", "0"], "specialist_steps"),
     (["fit-specialist", "--specialist", "relevance", "--specialist-sources", "synthetic:typing"], "without ':'"),
     (["ood", "--items", "0"], "items"),
+    # NaN and infinity passed the range checks (NaN compares false) and would fit NaN weights or ignore a budget
+    (["fit", "--weight-decay", "nan"], "FitConfig.weight_decay must be a finite number, got nan"),
+    (["fit", "--listwise-weight", "inf"], "FitConfig.listwise_weight must be a finite number, got inf"),
+    (["fit", "--lr", "inf"], "FitConfig.lr must be a finite number, got inf"),
+    (["fit", "--max-minutes", "nan"], "FitConfig.max_minutes must be a finite number"),
+    (["all", "--total-minutes", "nan"], "total_minutes must be a finite number, got nan"),
+    (["fit-specialist", "--specialist", "relevance", "--specialist-max-minutes", "nan"], "specialist_max_minutes must be a finite number"),
 ])
 def test_bad_flag_values_are_a_message_and_exit_code_2(argv, message, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     from training.__main__ import main
@@ -286,6 +293,50 @@ def test_bad_flag_values_are_a_message_and_exit_code_2(argv, message, tmp_path, 
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not (tmp_path / "r").exists() and not (tmp_path / "m").exists()  # refused before anything ran
+
+
+def test_a_model_directory_that_cannot_be_loaded_is_a_message_and_exit_code_2(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    # controller's ArtifactError (a torn config.json, a missing weight file) escaped as a traceback
+    from training.__main__ import main
+
+    data = tmp_path / "data"
+    assert main(["build-data", "--out", str(data), "--synthetic-per-family", "4", "--dense", "none"]) == 0
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{not json", encoding="utf-8")
+    dirs = ["--run-dir", str(tmp_path / "r"), "--model-dir", str(model), "--data-dir", str(data), "--no-progress"]
+    for argv in (["evaluate", *dirs], ["export", *dirs], ["compare-models", "--data-dir", str(data), "--model-dirs", str(model), "--split", "test"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"cannot read {model / 'config.json'}" in err and "Traceback" not in err
+
+
+def test_comparison_commands_refuse_a_thread_count_and_a_base_they_cannot_use(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    # --threads 0 was torch's RuntimeError and a base directory without a tokenizer controller's
+    # BackendUnavailableError, both tracebacks
+    from training.__main__ import main
+
+    data = tmp_path / "data"
+    assert main(["build-data", "--out", str(data), "--synthetic-per-family", "4", "--dense", "none"]) == 0
+    common = ["--data-dir", str(data), "--model-dirs", str(tmp_path / "m")]
+    for argv, message in ((["compare-models", *common, "--threads", "0"], "--threads must be >= 1, got 0"),
+                          (["ensemble", *common, "--threads", "-1"], "--threads must be >= 1, got -1"),
+                          (["compare-models", *common, "--split", "test", "--base", str(tmp_path / "no-base")], "no-base")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err
+
+
+def test_a_data_directory_that_is_a_file_is_refused_before_the_build(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from training.errors import PipelineError
+    from training.pipeline import run_stage
+
+    (tmp_path / "data").write_text("x", encoding="utf-8")
+    cfg = PipelineConfig(run_dir=str(tmp_path / "r"), model_dir=str(tmp_path / "m"), data_dir=str(tmp_path / "data"), synthetic_per_family=4,
+                         dense="none", progress=False)
+    with pytest.raises(PipelineError, match="cannot write the decision data to .*data is a file"):
+        run_stage(cfg, "build_data")
+    assert (tmp_path / "data").read_text(encoding="utf-8") == "x"
 
 
 def test_out_of_domain_figures_are_recorded_into_the_model_card_for_their_artifact_only(pipeline_run, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -150,3 +150,25 @@ def test_a_response_without_an_answer_for_every_question_stops_the_run_with_a_te
     with pytest.raises(TeacherError, match="no answer for 1 of 3 questions"):
         distill(_examples(2), out, _config(), transport=httpx2.MockTransport(_Omitting()), progress=False)
     assert not out.exists()  # nothing half-answered was recorded
+
+
+def test_an_output_it_cannot_write_or_read_is_refused_before_the_teacher_is_asked(tmp_path: Path) -> None:
+    # an --out under a file (or a directory as --out) failed only when the first answers were written: a
+    # traceback, and the teacher's work of that request lost; an --out that is not text was a UnicodeDecodeError
+    (tmp_path / "a-file").write_text("x", encoding="utf-8")
+    (tmp_path / "a-dir").mkdir()
+    (tmp_path / "binary.jsonl").write_bytes(b"\xff\xfe\x00")
+    for out, message in ((tmp_path / "a-file" / "t.jsonl", "cannot write teacher records to"),
+                         (tmp_path / "a-dir", "cannot write teacher records to"),
+                         (tmp_path / "binary.jsonl", "cannot read teacher records")):
+        fake = FakeTeacher()
+        with pytest.raises(TeacherError, match=message):
+            distill(_examples(1), out, _config(), transport=httpx2.MockTransport(fake), progress=False)
+        assert fake.calls == 0
+    assert (tmp_path / "binary.jsonl").read_bytes() == b"\xff\xfe\x00"  # left as it was
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://teacher.local:99999"])
+def test_a_base_url_that_does_not_parse_is_a_teacher_error(url: str) -> None:
+    with pytest.raises(TeacherError, match="base_url"):
+        _config(base_url=url)

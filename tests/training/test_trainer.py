@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from training.errors import CheckpointError
+from training.errors import CheckpointError, TrainingError
 from training.sampling import collate, label_tensors, prepare_requests
 from training.checkpoints import latest_checkpoint
 from training.trainer import FitConfig, fit, lr_factor, resolve_device
@@ -115,8 +115,18 @@ def test_learning_rate_warms_up_then_decays_to_zero() -> None:
 def test_device_auto_falls_back_to_cpu_and_cuda_is_refused_without_a_gpu(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve_device("auto") == torch.device("cpu") and resolve_device("cpu") == torch.device("cpu")
-    with pytest.raises(ValueError, match="no CUDA GPU"):
+    with pytest.raises(ValueError, match="no CUDA GPU") as info:
         resolve_device("cuda:0")
+    assert isinstance(info.value, TrainingError)  # `--device cuda` on a CPU machine: a message, exit status 2
+
+
+def test_a_file_that_is_not_a_fit_checkpoint_is_a_checkpoint_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from training.checkpoints import load_checkpoint
+
+    for content in ([1, 2], {"step": 3}):  # the list was an AttributeError traceback
+        torch.save(content, tmp_path / "step-0000003.pt")
+        with pytest.raises(CheckpointError, match="is not a fit checkpoint"):
+            load_checkpoint(tmp_path / "step-0000003.pt", None, None, FitConfig(), "data")
 
 
 def test_label_tensors_move_whole(toy) -> None:  # type: ignore[no-untyped-def]
