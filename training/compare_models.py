@@ -105,21 +105,17 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from controller.families import FAMILIES
     from controller.specialists import load_specialists
     from training.errors import PipelineError
-    from training.pipeline_config import PipelineConfig, load_model, predict_routed, split_examples, tokenizer
+    from training.pipeline_config import PipelineConfig, load_model, predict_routed, set_torch_threads, split_examples, tokenizer
     from training.sampling import prepare_requests
 
     families = {f for f in args.families.split(",") if f}
     unknown = sorted(families - set(FAMILIES))
     if unknown:
         raise PipelineError(f"unknown families in --families: {', '.join(unknown)}; families: {', '.join(FAMILIES)}")
-    if args.threads < 1:  # torch's own refusal is a RuntimeError traceback
-        raise PipelineError(f"--threads must be >= 1, got {args.threads}")
-    torch.set_num_threads(args.threads)
+    set_torch_threads(args.threads)
     configs = [PipelineConfig(model_dir=d, data_dir=args.data_dir, base_path=args.base, progress=False) for d in args.model_dirs]
     examples = [e for e in split_examples(configs[0], args.split) if not families or e.family in families]
     if not examples:

@@ -90,19 +90,15 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from controller.artifacts import load_artifact
     from controller.specialists import load_specialists
     from controller.template import get_tokenizer
     from data.schema import load_examples
-    from training.errors import PipelineError
+    from training.pipeline_config import set_torch_threads
     from training.predict import predict
     from training.sampling import prepare_requests
 
-    if args.threads < 1:  # torch's own refusal is a RuntimeError traceback
-        raise PipelineError(f"--threads must be >= 1, got {args.threads}")
-    torch.set_num_threads(args.threads)
+    set_torch_threads(args.threads)
 
     def relevance(split: str) -> list[Any]:
         return [e for e in load_examples(Path(args.data_dir), split) if e.family == "relevance" and e.source == "locomo"]

@@ -216,4 +216,14 @@ def load_model_for_inference(cfg: PipelineConfig) -> Any:
     return loaded
 
 
-__all__ = ["CALIBRATION_PRIORS", "DATA_SETTINGS", "STAGES", "PipelineConfig", "heldout_examples", "load_model", "load_model_for_inference", "load_specialists", "predict_routed", "record_states", "require_model", "split_examples", "tokenizer"]
+def set_torch_threads(threads: int) -> None:
+    """torch's intra-op threads for a scoring command's `--threads`; `PipelineError` below 1 (torch's own refusal
+    is a RuntimeError traceback). Fits check theirs in `FitConfig`."""
+    if threads < 1:
+        raise PipelineError(f"--threads must be >= 1, got {threads}")
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+__all__ = ["CALIBRATION_PRIORS", "DATA_SETTINGS", "STAGES", "PipelineConfig", "heldout_examples", "load_model", "load_model_for_inference", "load_specialists", "predict_routed", "record_states", "require_model", "set_torch_threads", "split_examples", "tokenizer"]
