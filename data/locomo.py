@@ -3,8 +3,9 @@
 The file is read from a path the user gives (CC BY-NC 4.0: never bundled). Evidence ids are normalised
 (`D8:6; D9:17` split, `D:11:26` -> `D11:26`, unknown ids dropped); the audit file, when given, replaces the
 cited evidence of the questions it corrects. Audit entries are matched by conversation and question text
-(their `qa` numbers are 0-based, whatever the audit's README says). Categories: 1 multi-hop, 2 temporal, 3 open-domain,
-4 single-hop, 5 adversarial. The category is a label for evaluation and training only.
+(their `qa` numbers are 0-based, whatever the audit's README says); an entry that matches no question of a loaded
+conversation is refused, since it would leave the evidence it corrects unchanged. A dia_id must name one turn.
+Categories: 1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial. The category is a label for evaluation and training only.
 """
 
 from __future__ import annotations
@@ -98,12 +99,12 @@ def load_locomo(path: str | Path, *, audit: str | Path | None = None, conversati
             try:
                 fixed = entry.get("correct_evidence")
                 conv_index = int(entry["question_id"].split("_")[1])
-                if conv_index < 0:  # -1 would name the last conversation of locomo10.json
+                if not 0 <= conv_index < len(LOCOMO10_ORDER):  # -1 would name the last conversation of locomo10.json
                     raise ValueError(f"question_id {entry['question_id']!r} names no conversation")
                 question = _text(entry, "question")
             except (KeyError, TypeError, AttributeError, ValueError, IndexError) as error:
                 raise _shape_error(audit, f"audit entry {i}", error) from error
-            if fixed and conv_index < len(LOCOMO10_ORDER):
+            if fixed:
                 corrections[(LOCOMO10_ORDER[conv_index], question)] = fixed
     records = _records(samples, path)
     if not records:
@@ -119,7 +120,21 @@ def load_locomo(path: str | Path, *, audit: str | Path | None = None, conversati
             out.append(_conversation(sample, corrections))
         except (KeyError, TypeError, AttributeError, ValueError, IndexError) as error:
             raise _shape_error(path, f"sample {i} ({sid})", error) from error
+    _check_corrections_used(corrections, out, audit)
     return out
+
+
+def _check_corrections_used(corrections: dict[tuple[str, str], list[str]], loaded: list[Conversation],
+                            audit: str | Path | None) -> None:
+    """A correction for a loaded conversation that names none of its questions is an audit of other data (another
+    LoCoMo release, edited question text): ignoring it would keep the evidence it was meant to fix."""
+    asked = {(c.sample_id, q.question) for c in loaded for q in c.questions}
+    loaded_ids = {c.sample_id for c in loaded}
+    stray = [key for key in corrections if key[0] in loaded_ids and key not in asked]
+    if stray:
+        shown = "; ".join(f"{sid}: {question!r}" for sid, question in stray[:3])
+        more = f" (and {len(stray) - 3} more)" if len(stray) > 3 else ""
+        raise LocomoError(f"{audit} corrects {len(stray)} question(s) the LoCoMo file does not ask: {shown}{more}")
 
 
 def _read_json(path: str | Path) -> object:
@@ -182,6 +197,10 @@ def _conversation(sample: dict, corrections: dict[tuple[str, str], list[str]]) -
     if not turns:  # the rules sample turns of every conversation
         raise ValueError("no session turns (session_1, session_2, ... lists of turns)")
     known = {t.dia_id for t in turns}
+    if len(known) < len(turns):  # evidence names turns by dia_id: a repeated one would point at two turns
+        seen: set[str] = set()
+        repeated = next(t.dia_id for t in turns if t.dia_id in seen or seen.add(t.dia_id))
+        raise ValueError(f"dia_id {repeated!r} names more than one turn")
     conv_index = LOCOMO10_ORDER.index(sid) if sid in LOCOMO10_ORDER else None
     questions = []
     for i, qa in enumerate(sample["qa"]):

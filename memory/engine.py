@@ -8,8 +8,8 @@
     engine.write(Observation("Mira: My old bicycle broke.", observed_at=datetime(2024, 5, 14, 10)))
     result = engine.query("Why did Mira buy a new bicycle?", k=5)
 
-One store transaction per write: the controller is asked first, then node, edges and status are applied
-together. Operations are serialised by one lock, so one engine may be shared between threads.
+One store transaction per write (per batch for `write_many`, the consolidation it triggers included): the
+controller is asked first, then node, edges and status are applied together. Operations are serialised by one lock, so one engine may be shared between threads.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import replace
 from numbers import Integral
 from pathlib import Path
@@ -39,7 +40,7 @@ from memory.read_path import run_query
 from memory.results import NodeView, RelinkReport, Stats
 from memory.store.base import Store
 from memory.system_two import SystemTwo
-from memory.types import Edge, LinkStatus, Observation, QueryResult, TraceStep, WriteResult
+from memory.types import Edge, LinkStatus, Observation, QueryResult, TraceStep, WriteResult, has_visible_text
 from memory.write_path import (
     Assessment,
     add_unless_explicit,
@@ -100,14 +101,16 @@ class Engine:
 
         emb = create_embedder(embedder) if isinstance(embedder, str) else embedder
         cfg = preset(config) if isinstance(config, str) else (config or EngineConfig())
-        client = SystemOneClient(controller, **controller_options)
-        try:
+        with ExitStack() as opened:  # on any failure below, close what was opened (an SQLite store holds a lock)
+            client = SystemOneClient(controller, **controller_options)
+            opened.callback(client.close)
             store = open_store(path, dim=emb.dim, embedder=emb.name)
-        except BaseException:
-            client.close()
-            raise
-        s2 = SystemTwo.from_settings() if system_two == "env" else system_two
-        engine = cls(store, client, emb, cfg, s2)  # type: ignore[arg-type]
+            opened.callback(store.close)
+            s2 = SystemTwo.from_settings() if system_two == "env" else system_two
+            if s2 is not None and system_two == "env":
+                opened.callback(s2.close)
+            engine = cls(store, client, emb, cfg, s2)  # type: ignore[arg-type]
+            opened.pop_all()
         engine._owned = [store, client, *([s2] if s2 is not None and system_two == "env" else [])]
         return engine
 
@@ -131,7 +134,33 @@ class Engine:
         return seq
 
     def write(self, obs: Observation) -> WriteResult:
-        """Store one observation and link it. `edges_written` counts inferred (judged) edges only."""
+        """Store one observation and link it. `edges_written` counts inferred (judged) edges only. A store failure
+        (in the write or in the consolidation it triggers) stores nothing: the write may be sent again."""
+        return self._write_all([obs])[0]
+
+    def _write_all(self, observations: Sequence[Observation]) -> list[WriteResult]:
+        """Write in order inside one store transaction (each write's own transaction joins it). On any failure the
+        store rolls back and the engine's own state (seq, counters, recent writes, names) is put back as well."""
+        with self._lock:
+            saved = self._write_state()
+            try:
+                with self.store.transaction():
+                    return [self._write_one(obs) for obs in observations]
+            except BaseException:
+                for name, value in saved.items():
+                    setattr(self, name, value)
+                raise
+
+    def _write_state(self) -> dict[str, Any]:
+        """A copy of what writes (and the consolidations they trigger) change in the engine itself."""
+        return {
+            "_seq": self._seq, "_writes": self._writes, "_consolidations": self._consolidations, "_summaries": self._summaries,
+            "_recent": deque(self._recent, maxlen=self._recent.maxlen), "_consolidated": set(self._consolidated),
+            "_known_names": None if self._known_names is None else set(self._known_names),
+            "last_consolidation": self.last_consolidation, "last_candidates": self.last_candidates,
+        }
+
+    def _write_one(self, obs: Observation) -> WriteResult:
         with self._lock:
             timings: dict[str, float] = {}
             clock = time.perf_counter()
@@ -192,15 +221,18 @@ class Engine:
             return WriteResult(node.id, len(cands.nodes), inferred, questions, status, timings, assessment.over_budget)
 
     def write_many(self, observations: Iterable[Observation]) -> list[WriteResult]:
-        """Write in order. Every observation is checked first: an invalid one (InvalidObservationError) writes
-        none of them, so a refused batch can be corrected and sent again without duplicating its head."""
+        """Write in order, all or nothing. Every observation is checked first: an invalid one
+        (InvalidObservationError, naming its index) writes none of them. The writes then share one store
+        transaction: a store failure on any of them (StoreError) stores none and leaves the engine as it was. Either
+        way the same batch can be sent again (corrected) without duplicating its head. A successful batch stores
+        exactly what writing its observations one by one stores: each write sees the batch's earlier ones."""
         batch = list(observations)
         for index, obs in enumerate(batch):
             try:
                 check_observation(obs)
             except InvalidObservationError as error:
                 raise InvalidObservationError(f"observation {index}: {error}", error.value) from error
-        return [self.write(obs) for obs in batch]
+        return self._write_all(batch)
 
     def _consolidate(self) -> ConsolidationReport:
         report = consolidate(
@@ -220,8 +252,9 @@ class Engine:
 
     # ------------------------------------------------------------------ read path
     def query(self, text: str, *, k: int = 10, budget: int | None = None, answer: bool = False) -> QueryResult:
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidQueryError("a query needs non-empty text", text)
+        if not isinstance(text, str) or not has_visible_text(text):
+            raise InvalidQueryError("a query needs text with a visible character (not only whitespace, control or "
+                                    "format characters)", text)
         def whole(value: object) -> bool:
             return isinstance(value, Integral) and not isinstance(value, bool)  # numpy integers too
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memory.errors import InvalidObservationError
-from memory.types import Observation
+from memory.types import Observation, has_visible_text
 from memory.write_path import check_speaker
 
 if TYPE_CHECKING:
@@ -30,8 +30,8 @@ def observation_from_record(record: dict[str, Any], *, where: str = "record") ->
     if unknown:
         raise InvalidObservationError(f"{where}: unknown field(s) {', '.join(unknown)}")
     text = record.get("text", record.get("content"))
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidObservationError(f"{where}: needs a non-empty 'content' (or 'text')")
+    if not isinstance(text, str) or not has_visible_text(text):  # checked before the speaker prefix makes it visible
+        raise InvalidObservationError(f"{where}: needs a non-empty 'content' (or 'text') with a visible character")
     speaker = _typed(record, "speaker", (str, type(None)), where)
     if speaker is not None:
         try:

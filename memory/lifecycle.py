@@ -10,6 +10,8 @@
 - Backlinks are `store.edges_to` (a reverse view), never copies.
 - An authored link list replaces the node's explicit links; an empty list stays empty (nothing merges old
   links back).
+- An authored link that contradicts itself or the user's other authored links is refused before anything
+  changes (`memory.link_rules`, `InvalidLinkError`); derived edges are never checked that way.
 - Unlinking is a user decision: `unlink_edge` removes the link (of any origin; for a symmetric relation the
   derived reverse edge too) and records the refusal on both nodes (metadata `links_refused`, persisted with the
   node). No derived edge (pair judgments, deterministic edges, `relink`, consolidation's link / supersede)
@@ -40,8 +42,9 @@ from memory.errors import (
     InvalidRelationError,
     NodeNotFoundError,
 )
+from memory.link_rules import check_link, check_link_list
 from memory.store.base import Store
-from memory.types import RELATIONS, SYMMETRIC_RELATIONS, Edge, EdgeOrigin, LinkStatus, Node
+from memory.types import RELATIONS, SYMMETRIC_RELATIONS, Edge, EdgeOrigin, LinkStatus, Node, has_visible_text
 from memory.write_path import (
     REFUSALS,
     Assessment,
@@ -160,8 +163,9 @@ def edit_node(store: Store, embedder: Embedder, node: Node, content: str, config
 
     Changed text drops the node's inferred links, marks it STALE and deletes the summaries derived from its old
     text (`remove_derived_summaries`); the same text only re-embeds it and keeps everything."""
-    if not isinstance(content, str) or not content.strip():
-        raise InvalidObservationError("an edit needs non-empty text", content)
+    if not isinstance(content, str) or not has_visible_text(content):
+        raise InvalidObservationError("an edit needs text with a visible character (not only whitespace, control "
+                                      "or format characters)", content)
     check_text("content", content)
     embedding = embedder.embed([content])[0]
     if fingerprint(content) == node.fingerprint:
@@ -207,6 +211,7 @@ def add_explicit(store: Store, src: str, dst: str, relation: str, attrs: Mapping
     require(store, src)
     require(store, dst)
     edge = Edge(src, dst, check_relation(relation), EdgeOrigin.EXPLICIT, 1.0, attrs=link_attrs(attrs))
+    check_link(store, src, dst, relation, edge.attrs)
     store.add_edge(edge)  # replaces an inferred / deterministic edge with the same (src, dst, relation)
     lift_refusal(store, src, dst, relation)
     return edge
@@ -219,6 +224,7 @@ def set_explicit_links(store: Store, node_id: str, links: Sequence[tuple[str, st
     for dst, relation in links:
         require(store, dst)
         check_relation(relation)
+    check_link_list(store, node_id, links)
     for edge in store.edges_from(node_id):
         if edge.origin == EdgeOrigin.EXPLICIT:
             remove_edge(store, edge)  # as `unlink` does: a withdrawn supersession is cleared on its target

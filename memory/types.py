@@ -1,11 +1,12 @@
 """Value types of the memory engine: observations, nodes, edges, statuses and read results.
 
 Plain frozen dataclasses shared by the store, the write / read paths and the server schemas.
-Stored text is data: nothing here interprets `content`.
+Stored text is data: nothing here interprets `content` (`has_visible_text` only asks whether it shows anything).
 """
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
@@ -28,6 +29,27 @@ RELATIONS: tuple[str, ...] = (
 # Relations whose meaning does not depend on the edge's direction (a judgment of the other node may write the
 # reverse edge): a user's refusal of one (`Engine.unlink`) covers both directions.
 SYMMETRIC_RELATIONS: frozenset[str] = frozenset({"semantic", "same_episode", "entity", "entity_equivalence", "temporal"})
+# Relations that say which end comes first (cause -> effect, update -> what it updates, summary -> source,
+# newer -> what it supersedes, earlier -> next): an authored link whose reverse is authored too contradicts it.
+DIRECTED_RELATIONS: frozenset[str] = frozenset({"causal", "update", "summary_of", "supersedes", "temporal_next"})
+# ... and those whose chains must end: a `supersedes` cycle of any length would leave every node in it superseded.
+ACYCLIC_RELATIONS: frozenset[str] = frozenset({"supersedes"})
+
+# Unicode categories that show nothing on their own: controls, format characters (zero-width space, word joiner,
+# byte order mark, soft hyphen, bidi marks), and space / line / paragraph separators.
+INVISIBLE_CATEGORIES: frozenset[str] = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+# Characters of other categories that render as blank: Hangul fillers, the blank Braille pattern, the combining
+# grapheme joiner and the variation selectors (marks that only modify a character before them).
+BLANK_CHARACTERS: frozenset[str] = frozenset(
+    "\u034f\u115f\u1160\u2800\u3164\uffa0" + "".join(map(chr, range(0xFE00, 0xFE10))) + "".join(map(chr, range(0xE0100, 0xE01F0)))
+)
+
+
+def has_visible_text(text: str) -> bool:
+    """Whether `text` has at least one character that is neither whitespace nor in `INVISIBLE_CATEGORIES`: what
+    "non-empty" means for memory text, queries and speakers. The text itself is never changed."""
+    return any(not char.isspace() and char not in BLANK_CHARACTERS and unicodedata.category(char) not in INVISIBLE_CATEGORIES
+               for char in text)
 
 
 class EdgeOrigin(str, Enum):

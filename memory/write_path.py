@@ -29,7 +29,7 @@ from memory.control import Controller, ask_batch_within_limit, attributed, choic
 from memory.entities import clean_entities, extract_entities
 from memory.errors import ControllerOutputError, InvalidObservationError
 from memory.store.base import Store
-from memory.types import SYMMETRIC_RELATIONS, Edge, EdgeOrigin, LinkStatus, Node, Observation
+from memory.types import SYMMETRIC_RELATIONS, Edge, EdgeOrigin, LinkStatus, Node, Observation, has_visible_text
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +70,11 @@ def json_object(value: dict[Any, Any]) -> dict[str, Any]:
 
 def check_speaker(speaker: str) -> None:
     """A speaker leads the memory text (`Speaker: text`) and can become an entity, so it is one visible line:
-    not blank ("" included), no control character (tab and newline too) and no line or paragraph separator."""
-    if not speaker.strip():
-        raise InvalidObservationError("speaker must not be blank (omit it or use null for none)", speaker)
+    not blank ("" and invisible characters only included), no control character (tab and newline too) and no
+    line or paragraph separator."""
+    if not has_visible_text(speaker):
+        raise InvalidObservationError("speaker must not be blank or only invisible characters (omit it or use null "
+                                      "for none)", speaker)
     for index, char in enumerate(speaker):
         if unicodedata.category(char) in ("Cc", "Zl", "Zp"):
             raise InvalidObservationError(f"speaker must be one line without control characters "
@@ -109,8 +111,9 @@ def check_observation(obs: Observation) -> None:
     checked whole before its first observation is written."""
     if not isinstance(obs, Observation):
         raise InvalidObservationError(f"expected an Observation, got {type(obs).__name__}", obs)
-    if not isinstance(obs.content, str) or not obs.content.strip():
-        raise InvalidObservationError("an observation needs non-empty text", obs.content)
+    if not isinstance(obs.content, str) or not has_visible_text(obs.content):
+        raise InvalidObservationError("an observation needs text with a visible character (not only whitespace, "
+                                      "control or format characters)", obs.content)
     for name in ("observed_at", "event_time"):
         value = getattr(obs, name)
         if value is not None and not isinstance(value, datetime):

@@ -9,6 +9,7 @@
     memory NodeNotFoundError (engine or store)                        404 not_found
     memory InvalidObservation / Query / Relation / LinkError         422 (validation shape)
     memory SystemTwoError                                             502 upstream_error
+    store StoreUnavailableError (locked, disk full, I/O error)        503 store_unavailable (+ retry-after if locked)
     other memory / store errors                                       500 internal_error
     Starlette HTTPException (404 route, 405 method, 400 multipart)    its status, error shape
 """
@@ -16,7 +17,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -31,8 +32,11 @@ from controller.errors import (
     UnknownModelError,
     UnsupportedQuestionError,
 )
-from serving.errors import HTTPFacingError, retry_headers
+from serving.errors import HTTPFacingError, NothingStoredError, retry_headers
 from serving.middleware import mark_error
+
+if TYPE_CHECKING:
+    from memory.store.errors import StoreError, StoreUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +131,7 @@ async def _on_memory(request: Request, error: Exception) -> JSONResponse:
         NodeNotFoundError,
         SystemTwoError,
     )
+    from memory.store.errors import StoreUnavailableError
 
     if isinstance(error, NodeNotFoundError):  # the store's NodeNotFoundError is one too
         return error_response(request, 404, "not_found", str(error))
@@ -135,8 +140,33 @@ async def _on_memory(request: Request, error: Exception) -> JSONResponse:
     if isinstance(error, SystemTwoError):
         log.warning("System Two failed: %s", error)
         return error_response(request, 502, "upstream_error", "the answer model (System Two) failed; the evidence is still available without `answer`")
+    if isinstance(error, StoreUnavailableError):
+        log.warning("memory store unavailable: %s", error)
+        return error_response(request, 503, "store_unavailable", _store_unavailable(error),
+                              retry_after_ms=STORE_RETRY_MS if error.transient else None)
     log.error("memory engine failure: %r", error, exc_info=error)
     return error_response(request, 500, "internal_error", f"the memory engine failed (request {_request_id(request)})")
+
+
+STORE_RETRY_MS = 1000  # a lock held by another writer is usually released within this
+
+
+def _store_unavailable(error: StoreUnavailableError) -> str:
+    """What a client is told of the failure: the database's reason, not the server's file path."""
+    return f"the memory store could not complete the request ({error.reason}); retry later"
+
+
+def nothing_stored(request: Request, error: StoreError, what: str) -> NothingStoredError:
+    """The answer to an all-or-nothing write (`what`: "the batch of 3 observations") that failed in the store."""
+    from memory.store.errors import StoreUnavailableError
+
+    if isinstance(error, StoreUnavailableError):
+        log.warning("memory store unavailable, nothing from %s stored: %s", what, error)
+        return NothingStoredError(f"nothing from {what} was stored: {_store_unavailable(error)}", unavailable=True,
+                                  retry_after_ms=STORE_RETRY_MS if error.transient else None)
+    log.error("memory store failure, nothing from %s stored: %r", what, error, exc_info=error)
+    return NothingStoredError(f"nothing from {what} was stored: the memory engine failed (request {_request_id(request)}); "
+                              "it may be sent again", unavailable=False)
 
 
 def _request_id(request: Request) -> str:

@@ -11,7 +11,8 @@
         ├── RequestTimeoutError          no answer within the server's deadline (503, retry-after)
         ├── NotReadyError                starting up or shutting down (503, retry-after)
         ├── NotFoundError                no such resource (404)
-        └── MemoryUnavailableError       the memory engine is not configured or failed to open (503)
+        ├── MemoryUnavailableError       the memory engine is not configured or failed to open (503)
+        └── NothingStoredError           an all-or-nothing write failed in the store (503 store unavailable, else 500)
 
 Controller and memory domain errors keep their own types; `serving.edge` maps them to responses.
 """
@@ -105,3 +106,13 @@ class NotFoundError(HTTPFacingError):
 class MemoryUnavailableError(HTTPFacingError):
     status_code = 503
     error_type = "memory_unavailable"
+
+
+class NothingStoredError(HTTPFacingError):
+    """A write that is all or nothing (a batch) failed in the memory store, so nothing of it was stored and the
+    same request may be sent again: 503 `store_unavailable` when the store is unavailable, else 500."""
+
+    def __init__(self, message: str, *, unavailable: bool, retry_after_ms: int | None = None) -> None:
+        super().__init__(message, retry_after_ms=retry_after_ms)
+        self.status_code = 503 if unavailable else 500
+        self.error_type = "store_unavailable" if unavailable else "internal_error"

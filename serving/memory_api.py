@@ -3,7 +3,8 @@ stats).
 
 Every engine call runs on the memory thread (`MemoryService`). JSON bodies are parsed strictly (no NaN /
 Infinity, no lone surrogates, bounded nesting) by `StrictJSONRoute`, so stored text is always valid
-Unicode and every answer can be encoded. Unknown nodes are 404, invalid input 422 (see `serving.edge`).
+Unicode and every answer can be encoded. Unknown nodes are 404, invalid input 422, an unavailable store 503 (see
+`serving.edge`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
 from memory.errors import NodeNotFoundError
+from memory.store.errors import StoreError
+from serving.edge import nothing_stored
 from serving.memory_schemas import (
     BatchWriteIn,
     BatchWriteOut,
@@ -94,7 +97,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     413: {"model": ErrorResponse, "description": "Body over the size limit."},
     415: {"model": ErrorResponse, "description": "A body that is not JSON."},
     422: {"model": ValidationErrorResponse, "description": "Invalid input."},
-    503: {"model": ErrorResponse, "description": "The memory engine is not available."},
+    503: {"model": ErrorResponse, "description": "The memory engine or its store is not available; retry later."},
 }
 
 # `NodeId = Path()` would drop NodeId's length bounds (FastAPI keeps only the Path's own): annotate instead.
@@ -113,10 +116,16 @@ async def write_observation(body: ObservationIn, memory: MemoryService = Memory)
     return WriteResultOut.of(result)
 
 
-@router.post("/observations/batch", status_code=201, response_model=BatchWriteOut, summary="Write observations in order")
-async def write_observations(body: BatchWriteIn, memory: MemoryService = Memory) -> BatchWriteOut:
+@router.post("/observations/batch", status_code=201, response_model=BatchWriteOut, summary="Write observations in order",
+             responses={500: {"model": ErrorResponse, "description": "The store failed: nothing of the batch was stored."}})
+async def write_observations(body: BatchWriteIn, request: Request, memory: MemoryService = Memory) -> BatchWriteOut:
+    """All or nothing: a refused observation (422) or a store failure (503 / 500) stores none of the batch, so
+    the same batch can be sent again without duplicating its head."""
     observations = [o.to_observation() for o in body.observations]
-    results = await memory.call(lambda engine: engine.write_many(observations))
+    try:
+        results = await memory.call(lambda engine: engine.write_many(observations))
+    except StoreError as error:
+        raise nothing_stored(request, error, f"the batch of {len(observations)} observations") from error
     return BatchWriteOut(results=[WriteResultOut.of(r) for r in results])
 
 

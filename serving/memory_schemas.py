@@ -18,7 +18,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic_core import PydanticCustomError
 
 from memory.results import RelinkReport
-from memory.types import RELATIONS, Edge, Evidence, Node, Observation, QueryResult, TraceStep, WriteResult
+from memory.types import RELATIONS, Edge, Evidence, Node, Observation, QueryResult, TraceStep, WriteResult, has_visible_text
 
 MAX_CONTENT_CHARS = 100_000
 MAX_BATCH = 64  # one request runs the writes in order; 64 keep it to a few seconds
@@ -68,9 +68,24 @@ def _iso_text(value: Any) -> Any:
     return value
 
 
-# "Some character that str.strip() keeps": spelled out, because \\s differs between Python, Rust and ECMA regex.
-NOT_BLANK = r"[^\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
-Content = Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS, pattern=NOT_BLANK)]
+# "Some visible character" (`memory.types.has_visible_text`): not whitespace, nor a control, format (zero-width
+# space, BOM, soft hyphen...) or separator character, nor one that renders blank (Hangul fillers, variation
+# selectors...). Spelled out, because \\s and \\p differ between Python, Rust and ECMA regex; in the Basic
+# Multilingual Plane only (ECMA without the u flag has no astral ranges), so `_visible` refuses the few astral
+# format characters (U+110BD, U+E0001 tags, variation selectors 17-256) with the same message.
+NOT_BLANK = (r"[^\x00-\x20\x7f-\xa0\xad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160\u1680"
+             r"\u180e\u2000-\u200f\u2028-\u202f\u205f-\u2064\u2066-\u206f\u2800\u3000\u3164\ufe00-\ufe0f\ufeff\uffa0"
+             r"\ufff9-\ufffb]")
+
+
+def _visible(value: str) -> str:
+    if not has_visible_text(value):
+        raise PydanticCustomError("blank_text", "Text should have a visible character, not only whitespace, control "
+                                  "or format characters")
+    return value
+
+
+Content = Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS, pattern=NOT_BLANK), AfterValidator(_visible)]
 Timestamp = Annotated[datetime | None, BeforeValidator(_iso_text), AfterValidator(_naive_utc)]
 UTCTimestamp = Annotated[datetime | None, AfterValidator(_as_utc)]
 NodeId = Annotated[str, Field(min_length=1, max_length=200)]
@@ -109,7 +124,7 @@ class BatchWriteIn(_In):
 
 
 class QueryIn(_In):
-    text: Annotated[str, Field(min_length=1, max_length=10_000, pattern=NOT_BLANK)]
+    text: Annotated[str, Field(min_length=1, max_length=10_000, pattern=NOT_BLANK), AfterValidator(_visible)]
     k: Annotated[int, Field(ge=1, le=100), BeforeValidator(_json_int)] = 10
     budget: Annotated[int, Field(ge=0, le=10_000), BeforeValidator(_json_int)] | None = Field(default=None, description="Expansion budget; default from the engine config.")
     answer: StrictBool = Field(default=False, description="Also synthesise an answer (System Two when configured, else extractive).")
@@ -133,7 +148,10 @@ class LinkTarget(_In):
 
 
 class SetLinksIn(_In):
-    links: list[LinkTarget] = Field(max_length=1_000, description="The node's complete explicit outgoing links; [] removes them all.")
+    # uniqueItems documents the engine's rule (a (dst, relation) pair twice is 422, after the nodes are found).
+    links: list[LinkTarget] = Field(max_length=1_000, json_schema_extra={"uniqueItems": True},
+                                    description="The node's complete explicit outgoing links, each (dst, relation) once; "
+                                                "[] removes them all.")
 
 
 class RelinkIn(_In):

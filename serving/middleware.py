@@ -186,25 +186,28 @@ class _TooLarge(Exception):
 def _zstd_decode(data: bytes, limit: int) -> bytes:
     """Decompress every frame of `data`, refusing output over `limit` bytes and truncated frames.
 
-    Input is fed in small pieces so that a zstd bomb (one block can expand ~30,000x) is stopped after at
-    most one piece's worth of output beyond the limit.
+    Two passes, so that memory stays within about twice `limit` whatever the input. The first reads at most
+    `limit + 1` bytes through a stream reader: a zstd bomb (one 1 KiB piece can expand to ~32 MiB) stops there.
+    The second, run only on a body known to fit, decodes frame by frame to find truncated frames, which the
+    stream reader does not report.
     """
     import zstandard
 
     if not data:
         raise ValueError("empty body")
     dctx = zstandard.ZstdDecompressor()
-    out = bytearray()
-    obj = dctx.decompressobj()
-    view = memoryview(data)
-    pos = 0
     try:
+        with dctx.stream_reader(data, read_size=_ZSTD_PIECE, read_across_frames=True) as reader:
+            if len(reader.read(limit + 1)) > limit:
+                raise _TooLarge()
+        out = bytearray()
+        obj = dctx.decompressobj()
+        view = memoryview(data)
+        pos = 0
         while pos < len(data):
             piece = view[pos : pos + _ZSTD_PIECE]
             pos += len(piece)
             out += obj.decompress(piece)
-            if len(out) > limit:
-                raise _TooLarge()
             if obj.eof:
                 pos -= len(obj.unused_data)  # the next frame starts inside this piece
                 if pos < len(data):
@@ -213,6 +216,8 @@ def _zstd_decode(data: bytes, limit: int) -> bytes:
         raise ValueError(str(error)) from error
     if not obj.eof:
         raise ValueError("truncated zstd frame")
+    if len(out) > limit:  # the passes agree on a valid body; this guards the bound itself
+        raise _TooLarge()
     return bytes(out)
 
 

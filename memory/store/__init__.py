@@ -14,7 +14,9 @@ from memory.store.errors import (
     NodeNotFoundError,
     StoreConfigError,
     StoreCorruptionError,
+    StoreDatabaseError,
     StoreError,
+    StoreUnavailableError,
 )
 from memory.store.inmemory import InMemoryStore
 from memory.store.sqlite import SQLiteStore
@@ -28,7 +30,9 @@ __all__ = [
     "Store",
     "StoreConfigError",
     "StoreCorruptionError",
+    "StoreDatabaseError",
     "StoreError",
+    "StoreUnavailableError",
     "open_store",
 ]
 

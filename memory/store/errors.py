@@ -6,7 +6,12 @@ one `except MemoryEngineError` covers every engine and store failure; every erro
     ├── DuplicateNodeError     (node_id or seq already stored)
     ├── EmbeddingError         (wrong shape / non-finite values)
     ├── StoreConfigError       (dimension or embedder differs from the one the store was built with)
-    └── StoreCorruptionError   (problems `check()` found that cannot be derived again)
+    ├── StoreCorruptionError   (problems `check()` found that cannot be derived again)
+    └── StoreDatabaseError     (operation, path, reason): the database failed an operation (the sqlite3 error is
+        │                      chained); a damaged file or a misuse such as a closed store
+        └── StoreUnavailableError  an operational failure (locked or busy past the timeout, disk full, I/O error,
+                                   read-only file): the operation was rolled back; `transient` when a retry soon
+                                   may succeed (locked / busy)
 """
 
 from __future__ import annotations
@@ -45,3 +50,23 @@ class StoreCorruptionError(StoreError):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("store is inconsistent and cannot be repaired: " + "; ".join(problems[:5]))
         self.problems = problems
+
+
+class StoreDatabaseError(StoreError):
+    """The database failed `operation` on the store at `path`; `reason` is the database's own message."""
+
+    transient = False
+
+    def __init__(self, message: str, *, operation: str, path: str, reason: str) -> None:
+        super().__init__(message)
+        self.operation = operation
+        self.path = path
+        self.reason = reason
+
+
+class StoreUnavailableError(StoreDatabaseError):
+    """An operational failure: nothing of the failed operation was kept, and the store is consistent."""
+
+    def __init__(self, message: str, *, operation: str, path: str, reason: str, transient: bool) -> None:
+        super().__init__(message, operation=operation, path=path, reason=reason)
+        self.transient = transient

@@ -5,6 +5,9 @@ SQLite is the source of truth; the FTS5 rows and the faiss index are derived and
 re-entrant lock, so worker threads may share a store; a transaction holds the lock until it ends. One process
 writes a given database at a time (each process keeps its own faiss index, and saves it on close only when no
 other process has changed a vector since the index was built).
+
+Public methods raise store errors only: a sqlite3 error comes chained in a `StoreDatabaseError` that names the
+operation and the file, a `StoreUnavailableError` when it is operational (locked, disk full, I/O; `sqlite_errors`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -21,6 +24,7 @@ import numpy as np
 
 from controller.lexical import ANALYZER
 from memory.store import sqlite_check as maintenance
+from memory.store import sqlite_errors
 from memory.store import sqlite_queries as queries
 from memory.store import sqlite_schema as schema
 from memory.store._common import as_embedding, entity_keys, index_text, node_time, time_key
@@ -119,9 +123,12 @@ class SQLiteStore:
             raise StoreCorruptionError(remaining)
 
     # ------------------------------------------------------------------ transactions
-    @contextmanager
-    def transaction(self) -> Iterator[None]:
+    def transaction(self) -> AbstractContextManager[None]:
         """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception. Nested calls join the outer transaction."""
+        return self._transaction("transaction")
+
+    @contextmanager
+    def _transaction(self, operation: str) -> Iterator[None]:
         with self._lock:
             if self._depth:
                 self._depth += 1
@@ -130,20 +137,22 @@ class SQLiteStore:
                 finally:
                     self._depth -= 1
                 return
-            self._conn.execute("BEGIN IMMEDIATE")
+            with sqlite_errors.translated(f"begin {operation}", self.path):
+                self._conn.execute("BEGIN IMMEDIATE")
             vectors = getattr(self, "_vectors", None)
             if vectors is not None:
                 vectors.begin()
             self._depth = 1
             self._pending_bumps = 0
+            step = operation
             try:
                 yield
+                step = f"commit {operation}"
                 self._conn.execute("COMMIT")
-            except BaseException:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
-                if vectors is not None:
-                    vectors.rollback()
+            except BaseException as error:
+                self._rollback(vectors)
+                if isinstance(error, sqlite3.Error):
+                    raise sqlite_errors.store_error(error, step, self.path) from error
                 raise
             else:
                 if vectors is not None:
@@ -152,6 +161,29 @@ class SQLiteStore:
             finally:
                 self._depth = 0
                 self._pending_bumps = 0
+
+    def _rollback(self, vectors: VectorIndex | None) -> None:
+        """Undo the open transaction in SQLite (unless SQLite already did) and in the faiss index."""
+        try:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+        except sqlite3.Error as error:  # the error that caused the rollback is the one to raise
+            logger.error("store %s: rollback failed: %s", self.path, error)
+        finally:
+            if vectors is not None:
+                vectors.rollback()
+
+    @contextmanager
+    def _reading(self, operation: str) -> Iterator[None]:
+        """The store's lock, and sqlite3 errors raised as store errors naming `operation`."""
+        with self._lock, sqlite_errors.translated(operation, self.path):
+            yield
+
+    @contextmanager
+    def _writing(self, operation: str) -> Iterator[None]:
+        """A transaction (joining an open one), and sqlite3 errors raised as store errors naming `operation`."""
+        with self._transaction(operation), sqlite_errors.translated(operation, self.path):
+            yield
 
     def _bump_generation(self) -> None:
         """Record (inside the open transaction) that this write changed a vector."""
@@ -169,12 +201,12 @@ class SQLiteStore:
 
     # ------------------------------------------------------------------ nodes
     def next_seq(self) -> int:
-        with self._lock:
+        with self._reading("next_seq"):
             return int(self._conn.execute("SELECT COALESCE(MAX(seq), -1) + 1 FROM nodes").fetchone()[0])
 
     def add_node(self, node: Node, embedding: np.ndarray) -> None:
         vec = as_embedding(embedding, self.dim)
-        with self.transaction():
+        with self._writing("add_node"):
             if self._seq_of(node.id) is not None:
                 raise DuplicateNodeError(node.id)
             if self._conn.execute("SELECT 1 FROM nodes WHERE seq = ?", (node.seq,)).fetchone():
@@ -188,16 +220,16 @@ class SQLiteStore:
             self._bump_generation()
 
     def get_node(self, node_id: str) -> Node | None:
-        with self._lock:
+        with self._reading("get_node"):
             return queries.node(self._conn, node_id)
 
     def get_nodes(self, node_ids: Sequence[str]) -> list[Node]:
-        with self._lock:
+        with self._reading("get_nodes"):
             return queries.nodes(self._conn, node_ids)
 
     def update_node(self, node: Node, embedding: np.ndarray | None = None) -> None:
         vec = None if embedding is None else as_embedding(embedding, self.dim)
-        with self.transaction():
+        with self._writing("update_node"):
             seq = self._seq_of(node.id)
             if seq is None:
                 raise NodeNotFoundError(node.id)
@@ -217,7 +249,7 @@ class SQLiteStore:
                 self._bump_generation()
 
     def delete_node(self, node_id: str) -> bool:
-        with self.transaction():
+        with self._writing("delete_node"):
             seq = self._seq_of(node_id)
             if seq is None:
                 return False
@@ -231,7 +263,7 @@ class SQLiteStore:
         """All nodes in seq order, read a page at a time (the lock is not held between pages)."""
         last = -(2**63)
         while True:
-            with self._lock:
+            with self._reading("iter_nodes"):
                 page = queries.nodes_after(self._conn, last)
             if not page:
                 return
@@ -239,24 +271,24 @@ class SQLiteStore:
             last = page[-1].seq
 
     def count_nodes(self) -> int:
-        with self._lock:
+        with self._reading("count_nodes"):
             return int(self._conn.execute("SELECT COUNT(*) FROM nodes").fetchone()[0])
 
     def set_link_status(self, node_id: str, status: LinkStatus) -> None:
-        with self.transaction():
+        with self._writing("set_link_status"):
             sql = "UPDATE nodes SET link_status = ? WHERE id = ?"
             cur = self._conn.execute(sql, (LinkStatus(status).value, node_id))
             if cur.rowcount == 0:
                 raise NodeNotFoundError(node_id)
 
     def nodes_with_status(self, status: LinkStatus) -> list[str]:
-        with self._lock:
+        with self._reading("nodes_with_status"):
             return queries.with_status(self._conn, LinkStatus(status).value)
 
     # ------------------------------------------------------------------ edges
     def add_edge(self, edge: Edge) -> None:
         """Insert or replace the edge (src, dst, relation)."""
-        with self.transaction():
+        with self._writing("add_edge"):
             for end in (edge.src, edge.dst):
                 if self._seq_of(end) is None:
                     raise NodeNotFoundError(end)
@@ -266,81 +298,81 @@ class SQLiteStore:
             )
 
     def remove_edge(self, src: str, dst: str, relation: str) -> bool:
-        with self.transaction():
+        with self._writing("remove_edge"):
             sql = "DELETE FROM edges WHERE src = ? AND dst = ? AND relation = ?"
             cur = self._conn.execute(sql, (src, dst, relation))
             return cur.rowcount > 0
 
     def edges_from(self, node_id: str, relations: Sequence[str] | None = None) -> list[Edge]:
         """Outgoing edges ordered by (dst, relation)."""
-        with self._lock:
+        with self._reading("edges_from"):
             return queries.edges(self._conn, "src", node_id, relations, "dst, relation")
 
     def edges_to(self, node_id: str, relations: Sequence[str] | None = None) -> list[Edge]:
         """Incoming edges (backlinks) ordered by (src, relation)."""
-        with self._lock:
+        with self._reading("edges_to"):
             return queries.edges(self._conn, "dst", node_id, relations, "src, relation")
 
     def edges_touching(self, node_ids: Sequence[str], relations: Sequence[str] | None = None) -> list[Edge]:
         """Every edge with its src or dst among `node_ids`, once, ordered by (src, dst, relation): one query per
         end and page of ids instead of one per node."""
-        with self._lock:
+        with self._reading("edges_touching"):
             return queries.edges_touching(self._conn, node_ids, relations)
 
     def remove_edges(self, node_id: str, origin: EdgeOrigin) -> int:
         """Remove the edges of `origin` touching `node_id` in either direction; returns how many."""
-        with self.transaction():
+        with self._writing("remove_edges"):
             sql = "DELETE FROM edges WHERE (src = ? OR dst = ?) AND origin = ?"
             cur = self._conn.execute(sql, (node_id, node_id, EdgeOrigin(origin).value))
             return cur.rowcount
 
     def count_edges(self) -> dict[str, int]:
-        with self._lock:
+        with self._reading("count_edges"):
             return queries.edge_counts(self._conn)
 
     # ------------------------------------------------------------------ retrieval channels
     def vector_search(self, query: np.ndarray, k: int) -> list[tuple[str, float]]:
         q = as_embedding(query, self.dim)
-        with self._lock:
+        with self._reading("vector_search"):
             hits = self._vectors.search(q, k)
             ids = queries.ids_by_seq(self._conn, [s for s, _ in hits])
         return [(ids[s], score) for s, score in hits if s in ids]
 
     def text_search(self, query: str, k: int) -> list[tuple[str, float]]:
         """BM25 via FTS5 `bm25()` (k1=1.2, b=0.75); the MATCH expression is built from quoted tokens only."""
-        with self._lock:
+        with self._reading("text_search"):
             return queries.text_hits(self._conn, query, k)
 
     def nodes_with_entity(self, entity: str, limit: int) -> list[str]:
         """Nodes carrying `entity` (case-insensitive), most recent (highest seq) first."""
-        with self._lock:
+        with self._reading("nodes_with_entity"):
             return queries.entity_nodes(self._conn, entity, limit)
 
     def nodes_near_time(self, seq: int, window: int) -> list[str]:
         """Nodes whose seq differs from `seq` by 1..window, nearest first (earlier first on ties)."""
-        with self._lock:
+        with self._reading("nodes_near_time"):
             return queries.near_seq(self._conn, seq, window)
 
     def nearest_in_time(self, when: datetime, seq: int, *, after: bool, kind: str) -> str | None:
         """The node of `kind` just before / after (when, seq) in (time, seq) order."""
-        with self._lock:
+        with self._reading("nearest_in_time"):
             return queries.nearest_in_time(self._conn, when, seq, after=after, kind=kind)
 
     def embedding(self, node_id: str) -> np.ndarray | None:
-        with self._lock:
+        with self._reading("embedding"):
             row = self._conn.execute("SELECT embedding FROM nodes WHERE id = ?", (node_id,)).fetchone()
         return None if row is None else schema.blob_vector(row[0], self.dim)
 
     # ------------------------------------------------------------------ maintenance
     def check(self) -> list[str]:
         """Consistency problems, each prefixed by the part it concerns (empty list = consistent)."""
-        with self._lock:
+        with self._reading("check"):
             vectors = getattr(self, "_vectors", None)
             return maintenance.find_problems(self._conn, self.dim, None if vectors is None else vectors.ids())
 
     def rebuild_vectors(self) -> None:
         """Rebuild the faiss index from the embedding BLOBs in SQLite."""
-        with self._lock:
+        with self._reading("rebuild_vectors"):
             # read before the rows: a write elsewhere in between leaves the index marked older than it is (safe)
             generation = self._generation() - self._pending_bumps
             pages = maintenance.pages(self._conn, "SELECT seq, embedding FROM nodes")
@@ -357,7 +389,7 @@ class SQLiteStore:
         `seqs` must cover every node (a store never mixes two embedders' vectors)."""
         vectors = np.stack([as_embedding(v, self.dim) for v in matrix]) if len(matrix) else np.zeros((0, self.dim), np.float32)
         with self._lock:  # no search sees the new rows with the old index
-            with self.transaction():
+            with self._writing("replace_embeddings"):
                 stored = {int(r[0]) for page in maintenance.pages(self._conn, "SELECT seq FROM nodes") for r in page}
                 if stored != {int(s) for s in seqs} or len(seqs) != len(vectors):
                     raise StoreError(f"replace_embeddings needs one vector per node: {len(stored)} nodes, "
@@ -375,7 +407,7 @@ class SQLiteStore:
         The index is saved only when it reflects the database's current generation: after another process wrote,
         this object's index is older, and the file that process saved (or a rebuild on the next open) is right.
         """
-        with self._lock:
+        with self._reading("close"):
             if self._closed:
                 return
             self._closed = True

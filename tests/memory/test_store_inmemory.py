@@ -40,7 +40,9 @@ def test_public_api() -> None:
         "Store",
         "StoreConfigError",
         "StoreCorruptionError",
+        "StoreDatabaseError",
         "StoreError",
+        "StoreUnavailableError",
         "open_store",
     ]
     assert all(hasattr(api, name) for name in api.__all__)

@@ -115,3 +115,44 @@ async def test_a_memory_body_of_another_content_type_is_415(fake_memory: tuple[h
     assert engine.nodes == {}
     r = await client.post(f"{M}/observations", headers={"content-type": content_type})  # no body: missing, whatever the type
     assert r.status_code == 422 and r.json()["detail"][0]["type"] == "missing"
+
+
+def _zero_bomb(megabytes: int) -> bytes:
+    """`megabytes` MiB of zeros as one zstd frame of a few KiB, compressed in 1 MiB steps to keep the test small."""
+    from backports.zstd import ZstdCompressor
+
+    compressor = ZstdCompressor()
+    chunk = bytes(1 << 20)
+    return b"".join(compressor.compress(chunk) for _ in range(megabytes)) + compressor.flush()
+
+
+def test_a_zstd_bomb_is_refused_within_a_bounded_amount_of_memory() -> None:
+    """Each 1 KiB of a zero bomb expands to ~32 MiB: fed piece by piece, the decoder had built ~64 MiB before
+    the size check saw the first piece's output, whatever the limit."""
+    import tracemalloc
+
+    from serving.middleware import _TooLarge, _zstd_decode
+
+    bomb = _zero_bomb(64)
+    assert len(bomb) < 16 * 1024
+    limit = 1 << 20
+    tracemalloc.start()
+    try:
+        with pytest.raises(_TooLarge):
+            _zstd_decode(bomb, limit)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * limit, f"peak {peak / 2**20:.1f} MiB for a {limit >> 20} MiB limit"
+
+
+def test_zstd_bodies_still_decode_across_frames_and_refuse_truncation() -> None:
+    from backports.zstd import compress
+
+    from serving.middleware import _zstd_decode
+
+    two = compress(b'{"a": ') + compress(b"1}")
+    assert _zstd_decode(two, 100) == b'{"a": 1}'
+    assert _zstd_decode(compress(bytes(100)), 100) == bytes(100)  # exactly at the limit
+    with pytest.raises(ValueError, match="truncated"):
+        _zstd_decode(compress(bytes(range(256)) * 40)[:-3], 1 << 20)

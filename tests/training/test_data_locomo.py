@@ -464,6 +464,8 @@ def test_conversations_the_rules_cannot_label_are_refused_naming_the_record(tmp_
         (lambda s: s[2]["conversation"].update(speaker_a=7), r"sample 2 \(conv-41\): speaker_a must be a string, got 7"),
         (lambda s: s[0]["conversation"]["session_2"][1].update(speaker=None), r"session_2 turn 1: speaker must be a string"),
         (lambda s: s[0]["conversation"]["session_1"][2].update(dia_id=3), r"session_1 turn 2: dia_id must be a string, got 3"),
+        # evidence names turns by dia_id: the second turn took the first one's evidence labels
+        (lambda s: s[1]["conversation"]["session_2"][3].update(dia_id="D1:4"), r"sample 1 \(conv-30\): dia_id 'D1:4' names more than one turn"),
     ):
         broken = json.loads(json.dumps(samples))
         change(broken)
@@ -486,11 +488,19 @@ def test_audit_entries_that_cannot_name_a_question_are_refused(tmp_path: Path) -
         ({"question_id": "locomo_0_qa3", "question": ["not", "text"], "correct_evidence": ["D2:6"]}, "audit entry 0: question must be a string"),
         # -1 silently named the last conversation of locomo10.json (conv-50)
         ({"question_id": "locomo_-1_qa3", "question": question, "correct_evidence": ["D2:6"]}, "audit entry 0: .*locomo_-1_qa3"),
+        # past the end of locomo10.json: the correction was dropped without a word
+        ({"question_id": "locomo_10_qa3", "question": question, "correct_evidence": ["D2:6"]}, "audit entry 0: .*locomo_10_qa3"),
+        # a question conv-26 does not ask (another release, edited text): its correction was ignored
+        ({"question_id": "locomo_0_qa3", "question": question + " today", "correct_evidence": ["D2:6"]},
+         r"corrects 1 question\(s\) the LoCoMo file does not ask: conv-26: .* today'"),
     ):
         audit = tmp_path / "audit.json"
         audit.write_text(json.dumps([entry]), encoding="utf-8")
         with pytest.raises(LocomoError, match=message):
             load_locomo(path, audit=audit)
+    # a correction for a conversation that is not loaded is no sign of a wrong audit
+    audit.write_text(json.dumps([{"question_id": "locomo_0_qa3", "question": question + " today", "correct_evidence": ["D2:6"]}]), encoding="utf-8")
+    assert [c.sample_id for c in load_locomo(path, audit=audit, conversations=("conv-30",))] == ["conv-30"]
 
 
 @pytest.mark.parametrize("name", ["rename_speakers", "swap_target"])

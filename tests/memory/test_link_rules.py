@@ -1,0 +1,160 @@
+"""Authored links that contradict themselves or the user's other authored links are refused
+(`memory.link_rules`), and a refused request changes nothing; derived edges neither refuse nor are refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from controller.families import TEMPORAL_RELATIONS
+from memory.errors import InvalidLinkError, NodeNotFoundError
+from memory.types import RELATIONS, SYMMETRIC_RELATIONS, Edge, EdgeOrigin
+from tests.memory.engine_fakes import RuleBackend, make_engine, obs
+
+DIRECTED = ("causal", "supersedes", "summary_of", "temporal_next", "update")  # which end comes first matters
+
+
+def engine_with(n: int = 3, **changes: Any) -> tuple[Any, list[str]]:
+    engine = make_engine(RuleBackend(), consolidation_every=0, **changes)
+    texts = ["Mira: my old bicycle broke", "Mira: I bought a new bicycle", "Tom: the weather is lovely", "Ana: I adopted a cat"]
+    return engine, [engine.write(obs(t, i)).node_id for i, t in enumerate(texts[:n])]
+
+
+def snapshot(engine: Any) -> tuple[list[Any], list[Any]]:
+    nodes = sorted(engine.store.iter_nodes(), key=lambda n: n.id)
+    edges = sorted((e for n in nodes for e in engine.store.edges_from(n.id)), key=lambda e: (e.src, e.dst, e.relation))
+    return nodes, edges
+
+
+def refused(engine: Any, call: Any, *words: str) -> InvalidLinkError:
+    before = snapshot(engine)
+    with pytest.raises(InvalidLinkError) as info:
+        call()
+    assert all(w in str(info.value) for w in words), str(info.value)
+    assert snapshot(engine) == before  # nothing changed: no edge, no metadata (`links_authored`, refusals)
+    return info.value
+
+
+def test_directed_relations_are_neither_symmetric_nor_unknown() -> None:
+    from memory.link_rules import REVERSE_ORDER
+    from memory.types import DIRECTED_RELATIONS
+
+    assert DIRECTED_RELATIONS == set(DIRECTED) and not DIRECTED_RELATIONS & SYMMETRIC_RELATIONS
+    assert set(RELATIONS) == DIRECTED_RELATIONS | SYMMETRIC_RELATIONS  # every relation is one or the other
+    assert set(REVERSE_ORDER) == set(TEMPORAL_RELATIONS) - {"unknown"}
+    assert all(REVERSE_ORDER[REVERSE_ORDER[o]] == o for o in REVERSE_ORDER)
+
+
+@pytest.mark.parametrize("relation", RELATIONS)
+def test_a_self_link_is_refused_for_every_relation(relation: str) -> None:
+    engine, (a, _, _) = engine_with()
+    error = refused(engine, lambda: engine.link(a, a, relation), "itself")
+    assert error.value == (a, a, relation)
+    refused(engine, lambda: engine.set_links(a, [(a, relation)]), "itself")
+
+
+def test_supersedes_both_ways_is_refused() -> None:
+    engine, (a, b, _) = engine_with()
+    engine.link(b, a, "supersedes")
+    refused(engine, lambda: engine.link(a, b, "supersedes"), "contradicts", "authored", "unlink")
+    refused(engine, lambda: engine.set_links(a, [(b, "supersedes")]), "contradicts")
+    assert engine.unlink(b, a, "supersedes")  # withdrawn first, the other direction is fine
+    assert engine.link(a, b, "supersedes").dst == b
+
+
+def test_a_longer_supersedes_cycle_is_refused() -> None:
+    engine, (a, b, c) = engine_with()
+    engine.link(c, b, "supersedes")
+    engine.link(b, a, "supersedes")
+    error = refused(engine, lambda: engine.link(a, c, "supersedes"), "cycle", repr(c), repr(b), repr(a))
+    assert error.value == (a, c, "supersedes")
+    refused(engine, lambda: engine.set_links(a, [(c, "supersedes")]), "cycle")
+    engine.link(c, a, "supersedes")  # a shortcut in the same direction closes no cycle
+
+
+@pytest.mark.parametrize("relation", DIRECTED)
+def test_the_reverse_of_a_directed_relation_is_refused(relation: str) -> None:
+    engine, (a, _, c) = engine_with()  # a and c share no derived edge of these relations
+    engine.link(a, c, relation)
+    refused(engine, lambda: engine.link(c, a, relation), "contradicts", relation)
+    refused(engine, lambda: engine.set_links(c, [(a, relation)]), "contradicts")
+
+
+def test_the_reverse_of_a_derived_edge_is_accepted() -> None:
+    """A derived edge is the engine's guess: the user's authored link may contradict it (and it stays)."""
+    engine, (a, b, _) = engine_with()
+    (derived,) = [e for e in engine.store.edges_from(a, ["temporal_next"])]
+    assert derived.dst == b and derived.origin == EdgeOrigin.DETERMINISTIC
+    assert engine.link(b, a, "temporal_next").origin == EdgeOrigin.EXPLICIT
+    assert engine.store.edges_from(a, ["temporal_next"]) == [derived]
+    refused(engine, lambda: engine.link(a, b, "temporal_next"), "contradicts")  # now the reverse is authored
+
+
+@pytest.mark.parametrize("relation", sorted(SYMMETRIC_RELATIONS))
+def test_symmetric_relations_take_both_directions(relation: str) -> None:
+    engine, (a, _, c) = engine_with()
+    engine.link(a, c, relation)
+    engine.link(c, a, relation)
+    engine.set_links(c, [(a, relation)])
+    edges = [*engine.store.edges_from(a, [relation]), *engine.store.edges_from(c, [relation])]
+    assert {(e.src, e.dst) for e in edges if e.origin == EdgeOrigin.EXPLICIT} == {(a, c), (c, a)}
+
+
+def test_a_temporal_order_that_contradicts_the_reverse_is_refused() -> None:
+    engine, (a, _, c) = engine_with()
+    engine.link(a, c, "temporal", attrs={"order": "before"})
+    refused(engine, lambda: engine.link(c, a, "temporal", attrs={"order": "before"}), "'before'", "'after'")
+    refused(engine, lambda: engine.link(c, a, "temporal", attrs={"order": "same_time"}), "contradicts")
+    assert engine.link(c, a, "temporal", attrs={"order": "after"}).attrs == {"order": "after"}
+    engine.link(c, a, "temporal", attrs={"order": "unknown"})  # no claim, no contradiction
+    engine.link(c, a, "temporal", attrs={"order": ["before"]})  # not an order at all
+
+
+def test_a_duplicate_entry_in_an_authored_list_is_refused() -> None:
+    engine, (a, b, c) = engine_with()
+    engine.set_links(a, [(c, "causal")])
+    error = refused(engine, lambda: engine.set_links(a, [(b, "semantic"), (c, "update"), (b, "semantic")]), "twice", repr(b))
+    assert error.value == (a, b, "semantic")
+    view = engine.set_links(a, [(b, "semantic"), (b, "causal")])  # same target, other relation: fine
+    explicit = sorted((e.dst, e.relation) for e in view.edges_out if e.origin == EdgeOrigin.EXPLICIT)
+    assert explicit == [(b, "causal"), (b, "semantic")]
+
+
+def test_a_list_refused_after_its_first_entries_changes_nothing() -> None:
+    engine, (a, b, c) = engine_with()
+    engine.link(a, b, "causal")
+    engine.link(c, a, "supersedes")
+    refused(engine, lambda: engine.set_links(a, [(b, "semantic"), (c, "supersedes")]), "contradicts")
+    assert [(e.dst, e.relation) for e in engine.store.edges_from(a) if e.origin == EdgeOrigin.EXPLICIT] == [(b, "causal")]
+
+
+def test_unknown_nodes_are_still_reported_first() -> None:
+    engine, (a, _, _) = engine_with()
+    with pytest.raises(NodeNotFoundError):
+        engine.set_links(a, [("nope", "semantic"), ("nope", "semantic")])
+    with pytest.raises(NodeNotFoundError):
+        engine.link("nope", "nope", "semantic")
+
+
+def test_derived_edges_are_never_refused_by_the_link_rules() -> None:
+    """The rules are the user-facing API's: a judgment that contradicts an authored link is still written."""
+    backend = RuleBackend()
+    engine = make_engine(backend, consolidation_every=0)
+    a = engine.write(obs("Mira: my old bicycle broke", 0)).node_id
+    b = engine.write(obs("Mira: I bought a new bicycle", 1)).node_id
+    engine.link(b, a, "causal")
+    backend.rules[("pair", "causal")] = lambda s: 0.9  # the model now judges that a caused b
+    engine.edit(b, "Mira: I bought a new bicycle at the shop")
+    engine.relink([b])
+    causal = {(e.src, e.dst, e.origin) for e in [*engine.store.edges_from(a, ["causal"]), *engine.store.edges_from(b, ["causal"])]}
+    assert causal == {(b, a, EdgeOrigin.EXPLICIT), (a, b, EdgeOrigin.INFERRED)}
+    assert engine.link(b, a, "causal").origin == EdgeOrigin.EXPLICIT  # nor does the judgment refuse the user
+
+
+def test_a_supersedes_cycle_through_a_derived_edge_is_accepted() -> None:
+    engine, (a, b, c) = engine_with()
+    engine.link(c, b, "supersedes")
+    engine.store.add_edge(Edge(b, a, "supersedes", EdgeOrigin.INFERRED, 0.9))  # as consolidation would write it
+    assert engine.link(a, c, "supersedes").origin == EdgeOrigin.EXPLICIT  # c -> b -> a is not all authored
+    refused(engine, lambda: engine.link(b, a, "supersedes"), "cycle", repr(a), repr(c), repr(b))  # authoring it is
