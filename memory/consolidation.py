@@ -151,7 +151,8 @@ def consolidate(
                 b = store.get_node(b.id) or b  # an earlier pair of this batch may have changed it
                 if b.superseded_by is not None or is_refused(store, a.id, b.id, "supersedes"):
                     continue  # a supersession the user unlinked is not put back
-                add_unless_explicit(store, [Edge(a.id, b.id, "supersedes", EdgeOrigin.INFERRED, p, a.fingerprint, b.fingerprint)])
+                if not add_unless_explicit(store, [Edge(a.id, b.id, "supersedes", EdgeOrigin.INFERRED, p, a.fingerprint, b.fingerprint)]):
+                    continue  # the user linked these two already (b supersedes a, say): the authored link decides
                 store.update_node(replace(b, superseded_by=a.id))
                 superseded += 1
             elif label == "merge_summary":

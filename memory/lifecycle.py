@@ -11,7 +11,9 @@
 - An authored link list replaces the node's explicit links; an empty list stays empty (nothing merges old
   links back).
 - An authored link that contradicts itself or the user's other authored links is refused before anything
-  changes (`memory.link_rules`, `InvalidLinkError`); derived edges are never checked that way.
+  changes (`memory.link_rules`, `InvalidLinkError`); derived edges are never checked that way. An authored link
+  overrules the engine's reverse edge of a directed relation, and an authored `supersedes` marks its target
+  superseded (`settle_authored`).
 - Unlinking is a user decision: `unlink_edge` removes the link (of any origin; for a symmetric relation the
   derived reverse edge too) and records the refusal on both nodes (metadata `links_refused`, persisted with the
   node). No derived edge (pair judgments, deterministic edges, `relink`, consolidation's link / supersede)
@@ -44,7 +46,9 @@ from memory.errors import (
 )
 from memory.link_rules import check_link, check_link_list
 from memory.store.base import Store
-from memory.types import RELATIONS, SYMMETRIC_RELATIONS, Edge, EdgeOrigin, LinkStatus, Node, has_visible_text
+from memory.types import (
+    DIRECTED_RELATIONS, RELATIONS, SYMMETRIC_RELATIONS, Edge, EdgeOrigin, LinkStatus, Node, has_visible_text,
+)
 from memory.write_path import (
     REFUSALS,
     Assessment,
@@ -214,7 +218,22 @@ def add_explicit(store: Store, src: str, dst: str, relation: str, attrs: Mapping
     check_link(store, src, dst, relation, edge.attrs)
     store.add_edge(edge)  # replaces an inferred / deterministic edge with the same (src, dst, relation)
     lift_refusal(store, src, dst, relation)
+    settle_authored(store, edge)
     return edge
+
+
+def settle_authored(store: Store, edge: Edge) -> None:
+    """What an authored link says beyond itself. A directed relation overrules the engine's reverse edge, which
+    is unlinked (and so refused, as the user's `unlink` would); `supersedes` marks its target superseded by the
+    link's source, as consolidation does, so the read path ranks the target as the older memory."""
+    if edge.relation in DIRECTED_RELATIONS:
+        for reverse in store.edges_from(edge.dst, [edge.relation]):
+            if reverse.dst == edge.src and reverse.origin != EdgeOrigin.EXPLICIT:
+                unlink_edge(store, reverse)
+    if edge.relation == "supersedes":
+        target = require(store, edge.dst)
+        if target.superseded_by != edge.src:
+            store.update_node(replace(target, superseded_by=edge.src))
 
 
 def set_explicit_links(store: Store, node_id: str, links: Sequence[tuple[str, str]]) -> Node:
@@ -230,8 +249,10 @@ def set_explicit_links(store: Store, node_id: str, links: Sequence[tuple[str, st
             remove_edge(store, edge)  # as `unlink` does: a withdrawn supersession is cleared on its target
     node = require(store, node_id)  # a target of those links may be this node (superseded_by just cleared)
     for dst, relation in links:
-        store.add_edge(Edge(node_id, dst, relation, EdgeOrigin.EXPLICIT, 1.0))
+        edge = Edge(node_id, dst, relation, EdgeOrigin.EXPLICIT, 1.0)
+        store.add_edge(edge)
         lift_refusal(store, node_id, dst, relation)
+        settle_authored(store, edge)
     node = require(store, node_id)  # lifting a refusal updates its metadata
     authored = replace(node, metadata={**node.metadata, "links_authored": True})
     store.update_node(authored)

@@ -10,9 +10,10 @@ before anything is stored, so a refused request changes nothing.
 - no `temporal` link whose attrs `order` contradicts the authored reverse link's ("a before b" wants "b after a").
 
 Symmetric relations take both directions. Only the user's own links count: derived edges (pair judgments,
-timestamps, consolidation) are the engine's guesses, so an authored link that contradicts one is accepted (the
-derived edge stays until it is unlinked or judged again), and they are never checked here themselves (the write
-path, consolidation and relink do not pass through this module).
+timestamps, consolidation) are the engine's guesses, so an authored link that contradicts one is accepted and
+overrules it (`lifecycle.settle_authored` unlinks the derived reverse edge), and they are never checked here
+themselves (the write path, consolidation and relink do not pass through this module; they skip a derived edge
+that would reverse an authored directed one, `write_path.add_unless_explicit`).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memory.errors import SystemTwoError
-from memory.types import Evidence
+from memory.types import Evidence, has_visible_text
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class SystemTwo:
             content = response.json()["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError) as error:
             raise SystemTwoError("System Two returned an unexpected body", response.text[:200]) from error
-        if not isinstance(content, str) or not content.strip():
+        if not isinstance(content, str) or not has_visible_text(content):  # a summary of it would be stored blank
             raise SystemTwoError("System Two returned an empty answer", content)
         try:
             content.encode("utf-8")  # a lone surrogate escape parses as JSON but can be neither stored nor sent

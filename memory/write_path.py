@@ -29,7 +29,7 @@ from memory.control import Controller, ask_batch_within_limit, attributed, choic
 from memory.entities import clean_entities, extract_entities
 from memory.errors import ControllerOutputError, InvalidObservationError
 from memory.store.base import Store
-from memory.types import SYMMETRIC_RELATIONS, Edge, EdgeOrigin, LinkStatus, Node, Observation, has_visible_text
+from memory.types import DIRECTED_RELATIONS, SYMMETRIC_RELATIONS, Edge, EdgeOrigin, LinkStatus, Node, Observation, has_visible_text
 
 log = logging.getLogger(__name__)
 
@@ -265,16 +265,24 @@ def is_refused(store: Store, src: str, dst: str, relation: str) -> bool:
 
 
 def add_unless_explicit(store: Store, edges: Iterable[Edge]) -> int:
-    """Add derived edges, never overwriting an authored edge with the same (src, dst, relation) and never
-    putting back a link a user removed (`REFUSALS`); returns how many were written."""
+    """Add derived edges, never overwriting an authored edge with the same (src, dst, relation), never
+    contradicting an authored one (the reverse of a directed relation: the user said which end comes first) and
+    never putting back a link a user removed (`REFUSALS`); returns how many were written."""
     written = 0
     authored: dict[str, set[tuple[str, str]]] = {}
     refused: dict[str, set[tuple[str, str, str]]] = {}
+
+    def authored_from(node_id: str) -> set[tuple[str, str]]:
+        if node_id not in authored:
+            authored[node_id] = {(e.dst, e.relation) for e in store.edges_from(node_id) if e.origin == EdgeOrigin.EXPLICIT}
+        return authored[node_id]
+
     for edge in edges:
-        if edge.src not in authored:
-            authored[edge.src] = {(e.dst, e.relation) for e in store.edges_from(edge.src) if e.origin == EdgeOrigin.EXPLICIT}
+        if edge.src not in refused:
             refused[edge.src] = refusals(store.get_node(edge.src))
-        if (edge.dst, edge.relation) in authored[edge.src] or covers(refused[edge.src], edge.src, edge.dst, edge.relation):
+        if (edge.dst, edge.relation) in authored_from(edge.src) or covers(refused[edge.src], edge.src, edge.dst, edge.relation):
+            continue
+        if edge.relation in DIRECTED_RELATIONS and (edge.src, edge.relation) in authored_from(edge.dst):
             continue
         store.add_edge(edge)
         written += 1

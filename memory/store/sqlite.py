@@ -415,12 +415,20 @@ class SQLiteStore:
                 if self._persist_vectors and hasattr(self, "_vectors"):
                     generation = self._generation()
                     if generation == self._indexed_generation:
-                        self._vectors.save(self.vectors_path, generation)
+                        self._save_vectors(generation)
                     else:
                         logger.info("not saving %s: the store changed elsewhere since this index was built "
                                     "(generation %d, index %d)", self.vectors_path, generation, self._indexed_generation)
             finally:
                 self._conn.close()
+
+    def _save_vectors(self, generation: int) -> None:
+        """The faiss file is derived data: when it cannot be written (disk full, read-only directory) the database is
+        still whole, and the next open rebuilds the index from it, so a failure is logged and not raised."""
+        try:
+            self._vectors.save(self.vectors_path, generation)
+        except (OSError, RuntimeError) as error:  # faiss reports I/O failures as RuntimeError
+            logger.warning("could not save the vector index %s (%s); the next open rebuilds it", self.vectors_path, error)
 
     def __enter__(self) -> SQLiteStore:
         return self

@@ -136,12 +136,16 @@ class VectorIndex:
         """Write the index and its header atomically (temp file + rename)."""
         faiss = _faiss()
         tmp = path.with_name(path.name + ".tmp")
-        faiss.write_index(self._index, str(tmp))
         header = {"count": len(self), "dim": self.dim, "generation": generation, "ids": ids_checksum(self.ids())}
         header_tmp = _header_path(path).with_name(_header_path(path).name + ".tmp")
-        header_tmp.write_text(json.dumps(header), encoding="utf-8")
-        os.replace(tmp, path)
-        os.replace(header_tmp, _header_path(path))
+        try:
+            faiss.write_index(self._index, str(tmp))
+            header_tmp.write_text(json.dumps(header), encoding="utf-8")
+            os.replace(tmp, path)
+            os.replace(header_tmp, _header_path(path))
+        finally:  # a failed save leaves no partial temp file behind
+            for leftover in (tmp, header_tmp):
+                leftover.unlink(missing_ok=True)
 
     def load(self, path: Path, *, generation: int, count: int) -> bool:
         """Load a saved index if its header matches the database; False (and nothing loaded) otherwise."""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -81,14 +82,33 @@ def test_the_reverse_of_a_directed_relation_is_refused(relation: str) -> None:
     refused(engine, lambda: engine.set_links(c, [(a, relation)]), "contradicts")
 
 
-def test_the_reverse_of_a_derived_edge_is_accepted() -> None:
-    """A derived edge is the engine's guess: the user's authored link may contradict it (and it stays)."""
+def test_the_reverse_of_a_derived_edge_is_accepted_and_overrules_it() -> None:
+    """A derived edge is the engine's guess: the user's authored link may contradict it, and the guess goes (refused,
+    as an `unlink` would, so no later judgment brings it back)."""
     engine, (a, b, _) = engine_with()
     (derived,) = [e for e in engine.store.edges_from(a, ["temporal_next"])]
     assert derived.dst == b and derived.origin == EdgeOrigin.DETERMINISTIC
     assert engine.link(b, a, "temporal_next").origin == EdgeOrigin.EXPLICIT
-    assert engine.store.edges_from(a, ["temporal_next"]) == [derived]
+    assert engine.store.edges_from(a, ["temporal_next"]) == []
+    assert [a, b, "temporal_next"] in engine.get(a).node.metadata["links_refused"]
     refused(engine, lambda: engine.link(a, b, "temporal_next"), "contradicts")  # now the reverse is authored
+
+
+@pytest.mark.parametrize("how", ["link", "set_links"])
+def test_an_authored_supersedes_marks_its_target_superseded(how: str) -> None:
+    """Only consolidation set `superseded_by`: a user's "b supersedes a" left a ranked as a current memory."""
+    engine, (a, b, c) = engine_with()
+    engine.store.add_edge(Edge(a, b, "supersedes", EdgeOrigin.INFERRED, 0.9))  # consolidation's opposite guess
+    engine.store.update_node(replace(engine.store.get_node(b), superseded_by=a))
+    if how == "link":
+        engine.link(b, a, "supersedes")
+    else:
+        engine.set_links(b, [(a, "supersedes")])
+    assert engine.get(a).node.superseded_by == b
+    assert engine.get(b).node.superseded_by is None  # the overruled guess took its mark with it
+    assert engine.store.edges_from(a, ["supersedes"]) == []
+    engine.unlink(b, a, "supersedes")
+    assert engine.get(a).node.superseded_by is None
 
 
 @pytest.mark.parametrize("relation", sorted(SYMMETRIC_RELATIONS))
@@ -137,8 +157,26 @@ def test_unknown_nodes_are_still_reported_first() -> None:
         engine.link("nope", "nope", "semantic")
 
 
-def test_derived_edges_are_never_refused_by_the_link_rules() -> None:
-    """The rules are the user-facing API's: a judgment that contradicts an authored link is still written."""
+def test_a_supersedes_cycle_through_a_derived_edge_is_accepted() -> None:
+    engine, (a, b, c) = engine_with()
+    engine.link(c, b, "supersedes")
+    engine.store.add_edge(Edge(b, a, "supersedes", EdgeOrigin.INFERRED, 0.9))  # as consolidation would write it
+    assert engine.link(a, c, "supersedes").origin == EdgeOrigin.EXPLICIT  # c -> b -> a is not all authored
+    refused(engine, lambda: engine.link(b, a, "supersedes"), "cycle", repr(a), repr(c), repr(b))  # authoring it is
+
+
+def test_derived_edges_do_not_contradict_an_authored_directed_link() -> None:
+    """Consolidation judged "the newer supersedes the older" against the user's "the older supersedes the newer"
+    and marked both superseded; a pair judgment could write causal a -> b beside the authored b -> a."""
+    from tests.memory.test_write_consolidation import TEXTS, represent
+
+    engine = make_engine(RuleBackend(represent("supersede")), consolidation_every=0)
+    older, newer = (engine.write(obs(t, i, source=f"D1:{i + 1}")).node_id for i, t in enumerate(TEXTS[:2]))
+    engine.link(older, newer, "supersedes")
+    assert engine.consolidate().superseded == 0
+    assert engine.store.edges_from(newer, ["supersedes"]) == []
+    assert (engine.get(older).node.superseded_by, engine.get(newer).node.superseded_by) == (None, older)
+
     backend = RuleBackend()
     engine = make_engine(backend, consolidation_every=0)
     a = engine.write(obs("Mira: my old bicycle broke", 0)).node_id
@@ -146,15 +184,6 @@ def test_derived_edges_are_never_refused_by_the_link_rules() -> None:
     engine.link(b, a, "causal")
     backend.rules[("pair", "causal")] = lambda s: 0.9  # the model now judges that a caused b
     engine.edit(b, "Mira: I bought a new bicycle at the shop")
-    engine.relink([b])
-    causal = {(e.src, e.dst, e.origin) for e in [*engine.store.edges_from(a, ["causal"]), *engine.store.edges_from(b, ["causal"])]}
-    assert causal == {(b, a, EdgeOrigin.EXPLICIT), (a, b, EdgeOrigin.INFERRED)}
-    assert engine.link(b, a, "causal").origin == EdgeOrigin.EXPLICIT  # nor does the judgment refuse the user
-
-
-def test_a_supersedes_cycle_through_a_derived_edge_is_accepted() -> None:
-    engine, (a, b, c) = engine_with()
-    engine.link(c, b, "supersedes")
-    engine.store.add_edge(Edge(b, a, "supersedes", EdgeOrigin.INFERRED, 0.9))  # as consolidation would write it
-    assert engine.link(a, c, "supersedes").origin == EdgeOrigin.EXPLICIT  # c -> b -> a is not all authored
-    refused(engine, lambda: engine.link(b, a, "supersedes"), "cycle", repr(a), repr(c), repr(b))  # authoring it is
+    engine.relink([a, b])  # the rules are the user-facing API's: the judgment is skipped, not refused with an error
+    assert [e.src for e in [*engine.store.edges_from(a, ["causal"]), *engine.store.edges_from(b, ["causal"])]] == [b]
+    assert engine.link(b, a, "causal").origin == EdgeOrigin.EXPLICIT

@@ -155,3 +155,24 @@ def test_domain_errors_are_unchanged(store: SQLiteStore) -> None:
     with pytest.raises(StoreError, match="immutable"):
         store.update_node(make_node("n0", 7, "moved"))
     assert store.check() == []
+
+
+def test_a_vector_index_that_cannot_be_saved_on_close_is_rebuilt_on_the_next_open(
+        store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The faiss file is derived data: a full disk at close raised out of `close()` (leaving callers' cleanup
+    half done) although the database was whole."""
+    import faiss
+
+    def full_disk(index: Any, path: str) -> None:
+        Path(path).write_bytes(b"partial")  # as a write cut short would leave it
+        raise RuntimeError("Error: 'fwrite' failed: No space left on device")
+
+    monkeypatch.setattr(faiss, "write_index", full_disk)
+    store.close()
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir() if ".tmp" in p.name) == []
+    reopened = SQLiteStore(tmp_path / "mem.db", dim=DIM)
+    try:
+        assert reopened.check() == [] and reopened.vector_search(unit(2), 1)[0][0] == "n2"
+    finally:
+        reopened.close()

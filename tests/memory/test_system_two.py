@@ -61,8 +61,9 @@ def test_junk_and_empty_bodies_are_errors() -> None:
     junk = httpx2.MockTransport(lambda r: httpx2.Response(200, text="not json"))
     with pytest.raises(SystemTwoError):
         SystemTwo("http://llm.local", "m", transport=junk).chat("s", "u")
-    with pytest.raises(SystemTwoError):
-        SystemTwo("http://llm.local", "m", transport=endpoint(reply="  ")).chat("s", "u")
+    for blank in ("  ", "\u200b\n\u2060"):  # zero-width characters only: as blank as spaces
+        with pytest.raises(SystemTwoError, match="empty answer"):
+            SystemTwo("http://llm.local", "m", transport=endpoint(reply=blank)).chat("s", "u")
 
 
 def test_transport_failure_is_chained() -> None:

@@ -15,7 +15,9 @@ from controller.errors import InputTooLongError
 from controller.questions import ChoiceQuestion, NoulQuestion, ScoreQuestion, canonical_json
 from memory.errors import InvalidObservationError, InvalidRelationError, NodeNotFoundError
 from memory.results import NodeView, Stats
-from memory.types import RELATIONS, Edge, EdgeOrigin, Evidence, LinkStatus, Node, Observation, QueryResult, WriteResult
+from memory.types import (
+    RELATIONS, Edge, EdgeOrigin, Evidence, LinkStatus, Node, Observation, QueryResult, WriteResult, has_visible_text,
+)
 
 FAKE_INFO = ModelInfo(name="fake-1.0.0", description="Deterministic hash model for tests.", release_date="2025-01-01")
 
@@ -81,7 +83,7 @@ class FakeEngine:
         self.closed = False
 
     def write(self, obs: Observation) -> WriteResult:
-        if not obs.content.strip():
+        if not has_visible_text(obs.content):  # the engine's rule (`check_observation`)
             raise InvalidObservationError("an observation needs non-empty text", obs.content)
         node_id = f"n{self.seq:04d}"
         self.nodes[node_id] = Node(node_id, obs.content, obs.observed_at, obs.event_time, obs.speaker, obs.source_ids,
