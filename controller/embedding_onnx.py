@@ -29,7 +29,15 @@ from typing import Any
 import numpy as np
 
 from controller.errors import ArtifactError, BackendUnavailableError, ParityError
-from controller.onnx_runtime import _tmp_path, cache_root, create_session, read_cached_record, remove_stale_temps, write_cached_record
+from controller.onnx_runtime import (
+    _tmp_path,
+    cache_root,
+    cache_write_error,
+    create_session,
+    read_cached_record,
+    remove_stale_temps,
+    write_cached_record,
+)
 
 log = logging.getLogger(__name__)
 
@@ -161,15 +169,17 @@ def ensure_graph(
         remove_stale_temps(path)
         if read_cached_record(path, digest) is not None:
             return path
-        path.parent.mkdir(parents=True, exist_ok=True)
         tokenizer = load_tokenizer(model_dir, max_length)
+        model = load_model()  # outside the `except OSError` below: a model that cannot be read is not the cache's fault
         tmp = _tmp_path(path)
         try:
-            export_graph(load_model(), tmp, encode(tokenizer, PARITY_TEXTS))
+            export_graph(model, tmp, encode(tokenizer, PARITY_TEXTS))
             encoder = OnnxEncoder(tmp, model_dir, max_length=max_length, threads=threads, device="cpu")
             diff = check_parity(encoder, reference, atol=atol)
             del encoder
             os.replace(tmp, path)
+        except OSError as error:  # disk full while writing, a rename refused
+            raise cache_write_error(path, error) from error
         finally:
             tmp.unlink(missing_ok=True)
         write_cached_record(path, {"model_hash": digest, "max_abs_diff": diff})

@@ -24,7 +24,7 @@ import numpy as np
 
 from controller.artifacts import DEFAULT_MODEL_DIR, LoadedModel, load_artifact, load_untrained
 from controller.backend import BackendRequest, BackendResult, ModelInfo
-from controller.errors import BackendUnavailableError
+from controller.errors import ArtifactError, BackendError, BackendUnavailableError
 from controller.families import calibration_key
 from controller.packing import Encoding, PackedBatch, make_batches, rows_tokens
 from controller.specialists import combined_hash, load_specialists, request_family
@@ -172,7 +172,12 @@ class LocalBackend:
         per_request = readout.gather(logits)
         calibration = self._loaded.calibration
         results = []
-        for request, tok, values in zip(requests, tokenized, per_request):
+        for i, (request, tok, values) in enumerate(zip(requests, tokenized, per_request)):
+            if not all(np.isfinite(z).all() for z in values):  # calibrated, they would read as a coin flip
+                raise BackendError(
+                    f"{self._info.name} produced non-finite logits for request {i + 1} of {len(requests)}: "
+                    "its weights are damaged or overflow on this input"
+                )
             probs = tuple(calibration.probabilities(q.kind, z, calibration_key(q, request.state)) for q, z in zip(request.questions, values))
             tokens = rows_tokens(tok, self.encoding, self._batching["max_sequence_tokens"])
             results.append(BackendResult(probs, tokens, tok.truncated))
@@ -205,10 +210,20 @@ class LocalBackend:
             with torch.inference_mode():
                 return model(**to_tensors(batch.arrays(), device)).float().cpu().numpy()
 
+        self._check_finite(run)
         return run
 
+    def _check_finite(self, run: Any) -> None:
+        """The torch path's counterpart of the ONNX graph's parity run: weights that give NaN or infinite logits
+        on the fixed parity requests (a damaged artifact) are refused at load, not served as coin flips."""
+        from controller.onnx_runtime import parity_batches
+
+        for batch in parity_batches(self._tokenizer):
+            if not np.isfinite(run(batch)[batch.valid_markers()]).all():
+                raise ArtifactError(f"{self._loaded.info.name} gives non-finite logits on the fixed parity requests: its weights are damaged")
+
     def _onnx_runner(self, threads: int | None, device: str | None, quantize: bool, method: str, spinning: bool) -> Any:
-        from controller.errors import ArtifactError, ParityError
+        from controller.errors import ParityError
         from controller.onnx_runtime import create_session, ensure_graph, flush_denormals
 
         loaded = self._loaded

@@ -7,6 +7,10 @@ concurrent builders never leave a half-written file; an entry whose sidecar is m
 another model, or whose graph no longer has the recorded sha256 (truncated, edited, swapped), is rebuilt.
 The embedder's graph (`controller.embedding_onnx`) uses the same sidecar helpers. Temporaries of an entry
 older than `STALE_TMP_AGE_S` (left by a process killed mid-build) are removed whenever the entry is looked up.
+Cached files get the permissions of any new file (the umask's), so a cache built by one account (an image build)
+is readable by the service that runs it. A cache that cannot be written (a read-only directory, a file in the
+way, a full disk) is `BackendUnavailableError` naming the directory; a read-only cache that already holds a
+valid graph is served as it is.
 
 int8 (`quantize_dynamic`, weights int8 per channel, activations quantized per tensor at run time) is only
 used after two checks on fixed requests: logits within `int8_atol` of the fp32 graph, and answers independent
@@ -22,7 +26,7 @@ import glob
 import json
 import logging
 import os
-import tempfile
+import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -112,13 +116,14 @@ def ensure_graph(
         record = read_cached_record(path, model_hash, ("method", "precision", "max_abs_diff"))
         if record is not None:
             return GraphInfo(str(path), record["method"], record["precision"], record["max_abs_diff"], record.get("invariance_diff"))
-        path.parent.mkdir(parents=True, exist_ok=True)
         inputs = parity_batches(tokenizer)
         if precision == "fp32":
             tmp = _tmp_path(path)
             try:
                 report = export_onnx(model, tmp, inputs, method=method, atol=atol)
                 os.replace(tmp, path)
+            except OSError as error:  # disk full while writing, a rename refused
+                raise cache_write_error(path, error) from error
             finally:
                 tmp.unlink(missing_ok=True)
             info = GraphInfo(str(path), method, precision, report.max_abs_diff)
@@ -165,6 +170,8 @@ def write_cached_record(path: Path, record: Mapping[str, Any]) -> None:
     try:
         tmp.write_text(json.dumps({**record, "sha256": file_sha256(path)}) + "\n", encoding="utf-8")
         os.replace(tmp, sidecar)
+    except OSError as error:
+        raise cache_write_error(sidecar, error) from error
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -186,7 +193,10 @@ def remove_stale_temps(path: Path, max_age_s: float = STALE_TMP_AGE_S) -> None:
 def _build_int8(tokenizer: TemplateTokenizer, path: Path, fp32_path: Path, method: str, int8_atol: float, invariance_atol: float) -> GraphInfo:
     tmp = _tmp_path(path)
     try:
-        _quantize(fp32_path, tmp)
+        try:
+            _quantize(fp32_path, tmp)
+        except OSError as error:
+            raise cache_write_error(path, error) from error
         int8 = create_session(tmp, threads=2, device="cpu")
         ref = create_session(fp32_path, threads=2, device="cpu")
         diff = max(float(np.abs(_run(int8, b) - _run(ref, b))[b.valid_markers()].max(initial=0.0)) for b in parity_batches(tokenizer))
@@ -283,7 +293,29 @@ def _run(session: Any, batch: PackedBatch) -> np.ndarray:
     return session.run(["logits"], batch.arrays())[0]
 
 
+def cache_write_error(path: Path, error: OSError) -> BackendUnavailableError:
+    """The error for a cache entry that cannot be written (`path`'s directory is named)."""
+    return BackendUnavailableError(
+        f"cannot write the ONNX graph cache in {path.parent}: {error}. Point JEVMEM_CACHE at a writable directory "
+        "(graphs are built there once and reused)"
+    )
+
+
 def _tmp_path(path: Path) -> Path:
-    fd, name = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp", dir=str(path.parent))
-    os.close(fd)
-    return Path(name)
+    """A new empty temporary beside `path` (`<stem>.<random>.tmp`), its directory created if needed.
+
+    Not `tempfile.mkstemp`: that makes the file 0600 whatever the umask, and the temporary becomes the cached
+    file, which another account sharing the cache then cannot read (and, in a directory it cannot write, cannot
+    rebuild either)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(100):
+            name = path.parent / f"{path.stem}.{secrets.token_hex(6)}.tmp"
+            try:
+                os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            except FileExistsError:
+                continue
+            return name
+        raise FileExistsError(f"no free temporary name for {path}")
+    except OSError as error:
+        raise cache_write_error(path, error) from error

@@ -20,6 +20,10 @@ Content: TypeAlias = Union[str, list[Any], dict[str, Any]]
 MAX_OPTIONS = 255
 MIN_LEVELS = 2
 MAX_LEVELS = 10
+# Objects / arrays nested deeper than this are refused (a cycle too), well below Python's recursion limit that
+# rendering and hashing would otherwise hit; the server's limit for a whole body (`serving.wire.MAX_NESTING`) is
+# the same, so nothing it accepts is refused here.
+MAX_DEPTH = 64
 
 
 def canonical_json(value: object) -> str:
@@ -235,23 +239,27 @@ def _content_or_none(value: object, loc: tuple[str | int, ...]) -> Content | Non
     return plain
 
 
-def _plain(value: object, loc: tuple[str | int, ...]) -> JSON:
-    """Deep-copy into plain JSON values; assets and non-finite numbers are refused."""
+def _plain(value: object, loc: tuple[str | int, ...], depth: int = 1, root: tuple[str | int, ...] | None = None) -> JSON:
+    """Deep-copy into plain JSON values; assets, non-finite numbers and nesting over `MAX_DEPTH` are refused."""
+    root = loc if root is None else root
     if value is None or isinstance(value, (str, bool, int)):
         return value  # type: ignore[return-value]
     if isinstance(value, float):
         if not math.isfinite(value):
             raise InvalidRequestError("NaN and Infinity are not valid JSON values", loc=loc)
         return value
+    if isinstance(value, (Mapping, list, tuple)) and depth > MAX_DEPTH:
+        where = ".".join(map(str, root))
+        raise InvalidRequestError(f"{where} is nested deeper than {MAX_DEPTH} levels (or contains itself)", loc=root)
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for k, v in value.items():
             if not isinstance(k, str):
                 raise InvalidRequestError("object keys must be strings", loc=loc)
-            out[k] = _plain(v, (*loc, k))
+            out[k] = _plain(v, (*loc, k), depth + 1, root)
         return out
     if isinstance(value, (list, tuple)):
-        return [_plain(v, (*loc, i)) for i, v in enumerate(value)]
+        return [_plain(v, (*loc, i), depth + 1, root) for i, v in enumerate(value)]
     raise UnsupportedQuestionError(
         f"{type(value).__name__} is not a JSON value (text, number, true / false, null, object or array); "
         "this is a text model (images and other assets are refused)",
