@@ -17,7 +17,9 @@
     jevmem serve  [--host H] [--port P] [--controller NAME] [--db PATH [--embedder minilm]]
 
 JSONL input: one object per line with `content` (or `text`) and optional `observed_at`, `event_time` (ISO 8601),
-`speaker`, `source_ids`, `entities`, `metadata`. User errors print one line on stderr and exit with status 2.
+`speaker`, `source_ids`, `entities`, `metadata`. `ingest` checks the whole file first and then writes it all or
+nothing (`Engine.write_many`): after any error the store holds none of the file, so the same command can be run
+again. User errors print one line on stderr and exit with status 2.
 """
 
 from __future__ import annotations
@@ -36,12 +38,12 @@ from typing import Any
 
 from controller.errors import ControllerError
 from memory.errors import MemoryEngineError
-from serving.cli_common import UsageError, load_locomo_file
+from serving.cli_common import CommandError, UsageError, load_locomo_file
 from serving.cli_eval import add_eval_parser
 
 log = logging.getLogger(__name__)
 
-USER_ERRORS: tuple[type[BaseException], ...] = (ControllerError, MemoryEngineError, OSError, ValueError)
+USER_ERRORS: tuple[type[BaseException], ...] = (CommandError, ControllerError, MemoryEngineError, OSError, ValueError)
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -66,7 +68,7 @@ def _dump(value: Any) -> None:
 def open_engine(args: argparse.Namespace, *, create: bool = False) -> Any:
     from memory.engine import Engine
 
-    db = Path(args.db)
+    db = checked_db(args.db)
     if not create and not db.is_file():
         raise UsageError(f"no memory store at {db} (create one with `jevmem ingest --db {db} ...`)")
     from memory.store.sqlite_schema import resolve_embedder
@@ -74,6 +76,13 @@ def open_engine(args: argparse.Namespace, *, create: bool = False) -> Any:
     embedder = resolve_embedder(db, args.embedder)
     options = {"spinning": False} if args.controller == "local" and args.no_spin else {}
     return Engine.open(db, controller=args.controller, embedder=embedder, config=_engine_config(args.config), **options)
+
+
+def checked_db(value: str) -> Path:
+    """`--db`: a file path (an empty one would name the current directory)."""
+    if not value.strip():
+        raise UsageError("--db needs a file path (the SQLite memory store)")
+    return Path(value)
 
 
 def _engine_config(value: str | None) -> Any:
@@ -84,18 +93,22 @@ def _engine_config(value: str | None) -> Any:
     return EngineConfig.from_json(Path(value)) if value.endswith(".json") else value
 
 
-def _progress(total: int, desc: str) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="obs", disable=not sys.stderr.isatty(), leave=False)
-
-
 # ---------------------------------------------------------------------------------------------- commands
 def cmd_ingest(args: argparse.Namespace) -> int:
+    """Read and check the whole input, then write it in one all-or-nothing batch (`Engine.write_many`): a bad record
+    or a store failure anywhere stores none of the file, so the same command can simply be run again."""
+    checked_db(args.db)
+    source = args.jsonl or args.locomo
+    if Path(source).is_dir():
+        raise UsageError(f"--{'jsonl' if args.jsonl else 'locomo'} {source} is a directory, not a file")
     if args.jsonl:
         from memory.ingest import read_jsonl
 
+        if args.conversation:
+            raise UsageError("--conversation goes with --locomo (a JSONL file is one memory)")
         observations = list(read_jsonl(Path(args.jsonl)))
+        if not observations:
+            raise UsageError(f"{args.jsonl} holds no observations (no store was created or changed)")
     else:
         from memory.ingest import locomo_observations
 
@@ -108,12 +121,15 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             raise UsageError(f"{args.locomo} holds {len(convs)} conversations; pick one with --conversation "
                              f"({', '.join(c.sample_id for c in convs)}): one memory per conversation")
         observations = locomo_observations(convs[0])
-    with open_engine(args, create=True) as engine, _progress(len(observations), "ingest") as bar:
-        pending = 0
-        for obs in observations:
-            result = engine.write(obs)
-            pending += result.link_status.value == "relations_pending"
-            bar.update(1)
+    with open_engine(args, create=True) as engine:
+        if sys.stderr.isatty():
+            print(f"writing {len(observations)} observations (all or nothing) ...", file=sys.stderr)
+        try:
+            results = engine.write_many(observations)
+        except MemoryEngineError as error:
+            raise CommandError(f"nothing from {source} was stored in {args.db} (the whole file is written or none of it; "
+                               f"fix the cause and run the same command again): {error}") from error
+        pending = sum(r.link_status.value == "relations_pending" for r in results)
         stats = engine.stats()
     print(f"ingested {len(observations)} observations into {args.db}: {stats.nodes} nodes, "
           f"{sum(stats.edges.values())} edges" + (f", {pending} pending relink" if pending else ""))
@@ -192,7 +208,7 @@ def cmd_reembed(args: argparse.Namespace) -> int:
     from controller.embedding import create_embedder
     from memory.reembed import reembed
 
-    db = Path(args.db)
+    db = checked_db(args.db)
     if not db.is_file():
         raise UsageError(f"no memory store at {db}")
     result = reembed(db, create_embedder(args.embedder), batch_size=args.batch_size, force=args.force)
@@ -208,6 +224,8 @@ def cmd_reembed(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from serving.server import run
 
+    if args.embedder is not None and args.db is None and not os.environ.get("JEVMEM_MEMORY_DB", "").strip():
+        raise UsageError("--embedder is the memory store's embedder: it goes with --db (or JEVMEM_MEMORY_DB)")
     overrides = {k: v for k, v in (("memory_db", args.db), ("embedder", args.embedder)) if v is not None}
     run(args.host, args.port, args.controller, **overrides)
     return 0

@@ -10,6 +10,10 @@ class UsageError(ValueError):
     """A command line that cannot be carried out as written."""
 
 
+class CommandError(Exception):
+    """A command that was carried out and failed for a reason its message gives (and the user can act on)."""
+
+
 def load_locomo_file(path: str, **options: Any) -> list[Any]:
     """`data.locomo.load_locomo`, with a file of another shape as a usage error naming it."""
     from data.locomo import load_locomo
@@ -28,4 +32,4 @@ def checked_adapter(folder: str) -> str:
     return str(folder)
 
 
-__all__ = ["UsageError", "checked_adapter", "load_locomo_file"]
+__all__ = ["CommandError", "UsageError", "checked_adapter", "load_locomo_file"]

@@ -96,8 +96,55 @@ def _eval_conversations(args: argparse.Namespace) -> list[Any]:
     convs = load_locomo_file(args.data, audit=args.audit, conversations=tuple(args.conversations) if args.conversations else None)
     missing = sorted(set(args.conversations or ()) - {c.sample_id for c in convs})
     if missing:
-        raise UsageError(f"conversation(s) not in {args.data}: {', '.join(missing)}")
+        raise UsageError(f"conversation(s) not in {args.data}: {', '.join(map(repr, missing))}")
     return convs
+
+
+def _checked_out(folder: str | None) -> None:
+    """`--out DIR`: created now and written to once, so a path that cannot take the report fails before the run."""
+    if folder is None:
+        return
+    import tempfile
+
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise UsageError(f"--out {folder} is not a writable directory ({error.strerror or error})") from error
+
+
+def _checked_model_dir(folder: str | None) -> None:
+    """`--model-dir DIR`: a model directory has its config.json (what the local controller reads first)."""
+    if folder is not None and not (Path(folder) / "config.json").is_file():
+        raise UsageError(f"--model-dir {folder} holds no config.json (not a local controller model directory)")
+
+
+def _at_least_one(args: argparse.Namespace, *names: str) -> None:
+    for name in names:
+        value = getattr(args, name)
+        if value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+
+
+def _read_variants(value: str) -> dict[str, Any]:
+    """`--variants`: inline JSON (it starts with a bracket or a quote) or the path of a JSON file; an object."""
+    if not value.strip():
+        raise UsageError("--variants needs a JSON object or the path of a JSON file")
+    text = value
+    if not value.lstrip().startswith(("{", "[", '"')):
+        try:
+            text = Path(value).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+            raise UsageError(f"--variants {value}: cannot read the file ({reason})") from error
+    try:
+        variants = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UsageError(f"--variants is not valid JSON: {error}") from error
+    if not isinstance(variants, dict):
+        raise UsageError(f"--variants must be a JSON object: variant name -> {{config field: value}}, got {type(variants).__name__}")
+    return variants
 
 
 def _adapter_dir(args: argparse.Namespace) -> str | None:
@@ -108,14 +155,18 @@ def _adapter_dir(args: argparse.Namespace) -> str | None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from memory.evaluation import EvalConfig, run_locomo, to_markdown, write_report
+    from memory.evaluation.harness import BASELINES, check_engine_systems
 
-    if args.systems and args.controller:
+    if args.systems is not None and args.controller:
         raise UsageError("give either --systems or --controller, not both")
     controllers = args.controller or ["heuristic"]
-    systems = [s.strip() for s in args.systems.split(",") if s.strip()] if args.systems else \
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()] if args.systems is not None else \
         ["bm25", "dense", "rrf", "bm25-stemmed", "rrf-stemmed", *(f"jevmem-{c}" for c in controllers)]
+    if not systems:
+        raise UsageError(f"--systems names no system (a comma list of {', '.join(BASELINES)}, jevmem-<controller>)")
     if args.reference is not None and args.reference not in systems:
         raise UsageError(f"--reference {args.reference} is not among the systems run: {', '.join(systems)}")
+    _checked_model_dir(args.model_dir)
     convs = _eval_conversations(args)
     config = EvalConfig(
         systems=tuple(systems), date_style=args.date_style, baseline_embedder=args.baseline_embedder,
@@ -124,6 +175,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         engine_cache=args.engine_cache, threads=args.threads, max_turns=args.max_turns, model_dir=args.model_dir,
         spinning=not args.no_spin, reference_system=args.reference or "rrf",
     )
+    check_engine_systems(config, {})  # run_locomo checks too; here so that a bad system leaves no --out directory
+    _checked_out(args.out)
     report = run_locomo(convs, config, progress=_eval_progress)
     if args.out:
         paths = write_report(report, args.out)
@@ -134,15 +187,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from memory.evaluation.sweep import sweep_locomo, sweep_table
+    from memory.evaluation import sweep
+    from memory.evaluation.harness import _engine_config
 
-    text = args.variants if args.variants.lstrip().startswith("{") else Path(args.variants).read_text(encoding="utf-8")
-    try:
-        variants = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UsageError(f"--variants is not valid JSON: {error}") from error
-    if not isinstance(variants, dict):
-        raise UsageError("--variants must be a JSON object: variant name -> {config field: value}")
+    _at_least_one(args, "k", "threads")
+    _checked_model_dir(args.model_dir)
+    variants = _read_variants(args.variants)
+    sweep.variant_configs(_engine_config(args.config), variants)  # every variant checked before the first write
     levels: list[Any] = []
     if args.oracle_relevance:
         from memory.evaluation.oracle import parse_levels
@@ -152,17 +203,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         except ValueError as error:
             raise UsageError(f"--oracle-relevance: {error}") from error
     convs = _eval_conversations(args)
-    result = sweep_locomo(convs, variants, controller=args.controller, config=args.config, embedder=args.embedder,
-                          adapter=_adapter_dir(args), threads=args.threads, model_dir=args.model_dir, query_k=args.k, oracle_levels=levels)
+    result = sweep.sweep_locomo(convs, variants, controller=args.controller, config=args.config, embedder=args.embedder,
+                                adapter=_adapter_dir(args), threads=args.threads, model_dir=args.model_dir, query_k=args.k, oracle_levels=levels)
     print(f"{args.controller} controller, base config {args.config or 'default'}, conversations "
           f"{', '.join(c.sample_id for c in convs)}")
-    print(sweep_table(result.scores, result.relevance_auroc if levels else None, cost=result))
+    print(sweep.sweep_table(result.scores, result.relevance_auroc if levels else None, cost=result))
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from memory.evaluation.compare import CompareError, compare, comparison_markdown, label_runs, read_scores
 
+    _at_least_one(args, "draws")
     try:
         runs = [read_scores(Path(run)) for run in args.runs]
         systems = label_runs(runs, [Path(run).name if Path(run).is_dir() else Path(run).parent.name for run in args.runs])
@@ -178,8 +230,7 @@ def cmd_first_stage(args: argparse.Namespace) -> int:
     from memory.evaluation.first_stage import first_stage_recall, format_table
     from memory.evaluation.harness import _embedder, _engine_config
 
-    if args.threads < 1:
-        raise UsageError(f"--threads must be >= 1, got {args.threads}")
+    _at_least_one(args, "threads")
     adapters = [checked_adapter(folder) for folder in dict.fromkeys(args.adapter or ())]
     convs = _eval_conversations(args)
     config = _engine_config(args.config)

@@ -29,14 +29,31 @@ def default_controller() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Exit status 0; 2 with one line on stderr when the demo cannot run (no model, a broken embedder)."""
     from controller.embedding import EMBEDDERS
+    from controller.errors import ControllerError
+    from memory.errors import MemoryEngineError
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m serving.demo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--controller", choices=("heuristic", "local"), default=None)
     parser.add_argument("--embedder", choices=EMBEDDERS, default="minilm-tuned")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        return _demo(args)
+    except BrokenPipeError:  # `python -m serving.demo | head`: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print("demo: interrupted", file=sys.stderr)
+        return 130
+    except (ControllerError, MemoryEngineError, OSError, ValueError) as error:
+        print(f"demo: error: {error}", file=sys.stderr)
+        return 2
 
+
+def _demo(args: argparse.Namespace) -> int:
     from memory import Engine
     from memory.ingest import read_jsonl
 

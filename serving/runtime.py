@@ -131,7 +131,13 @@ class Runtime:
         settings = self.settings
         self.stopping = False
         if self.backend is None:
-            self.backend = await asyncio.to_thread(create_backend, settings.controller, **settings.controller_options)
+            try:
+                self.backend = await asyncio.to_thread(create_backend, settings.controller, **settings.controller_options)
+            except TypeError as error:  # a factory called with an option it does not take: a setting, not a bug
+                if "keyword argument" not in str(error):
+                    raise
+                raise SettingsError(f"JEVMEM_CONTROLLER_OPTIONS does not suit the {settings.controller!r} backend: {error}",
+                                    field="controller_options", value=settings.controller_options) from error
             self._owns_backend = True
         if settings.warmup:
             self.check_token_budget()

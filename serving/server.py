@@ -1,11 +1,19 @@
 """Run the app under uvicorn: `run(host, port, controller)` for the CLI, `BackgroundServer` for tests and
-the load benchmark (a real socket on 127.0.0.1, a random free port, its own thread, bounded start / stop)."""
+the load benchmark (a real socket on 127.0.0.1, a random free port, its own thread, bounded start / stop).
+
+`run` refuses to start half-configured: the listening socket is bound before anything is loaded (a port in use or a
+host that does not resolve is a `ListenError` at once, not after the model and the store have been opened), and a
+failed start-up (a store that cannot be opened, an unknown controller, a bad setting) raises its own error, which the
+command line prints as one line, instead of uvicorn's traceback and exit status 3.
+"""
 
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
+from collections.abc import Awaitable, Callable, MutableMapping
 from types import TracebackType
 from typing import Any
 
@@ -13,9 +21,70 @@ from fastapi import FastAPI
 
 from controller.backend import Backend
 from serving.app import create_app
+from serving.errors import ServingError
 from serving.settings import Settings
 
 log = logging.getLogger(__name__)
+
+
+class ListenError(ServingError, OSError):
+    """The server cannot listen where it was told to (address in use, a host that does not resolve, no permission)."""
+
+
+class StartupError(ServingError):
+    """The server stopped during start-up for a reason uvicorn reported but did not raise."""
+
+
+def listen(host: str, port: int) -> list[socket.socket]:
+    """Bound sockets for every address `host` resolves to (as asyncio's `create_server` binds them), or ListenError."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as error:
+        raise ListenError(f"cannot listen on {host}:{port}: the host does not resolve ({error})") from error
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):  # resolvers may repeat an address
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)  # its IPv4 twin is bound separately
+            sock.bind(address)
+    except OSError as error:
+        for sock in sockets:
+            sock.close()
+        raise ListenError(f"cannot listen on {host}:{port}: {error.strerror or error}") from error
+    return sockets
+
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+class _StartupGuard:
+    """The app as uvicorn sees it from `run`: a failed lifespan start-up is kept here (raised by `run`) and reported
+    to uvicorn without the traceback text it would log."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+        self.error: BaseException | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+
+        async def quiet(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "lifespan.startup.failed":
+                message = {"type": message["type"], "message": ""}  # `run` raises the error itself, in one line
+            await send(message)
+
+        try:
+            await self.app(scope, receive, quiet)
+        except BaseException as error:
+            self.error = error
+            raise
 
 
 def run(
@@ -27,7 +96,8 @@ def run(
     **overrides: Any,
 ) -> None:
     """Serve until interrupted. Settings come from `JEVMEM_*`, then these arguments; `controller` is a
-    backend name or a ready `Backend`. SIGINT / SIGTERM drain the queue before exiting."""
+    backend name or a ready `Backend`. SIGINT / SIGTERM drain the queue before exiting. Raises SettingsError,
+    ListenError or the error that stopped the start-up (before serving anything)."""
     import uvicorn
 
     given = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
@@ -35,15 +105,49 @@ def run(
     if isinstance(controller, str):
         given["controller"] = controller
     settings = Settings.from_env(**given, **overrides)
-    app = create_app(settings, backend=backend)
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=log_level,
-        timeout_graceful_shutdown=max(1, int(settings.drain_timeout_s)),
-        server_header=False,
-    )
+    sockets = listen(settings.host, settings.port)
+    try:
+        guard = _StartupGuard(create_app(settings, backend=backend))
+        config = uvicorn.Config(
+            guard,
+            host=settings.host,
+            port=settings.port,
+            log_level=log_level,
+            lifespan="on",
+            timeout_graceful_shutdown=max(1, int(settings.drain_timeout_s)),
+            server_header=False,
+        )
+        server = _uvicorn_server(config)
+        try:
+            server.run(sockets=sockets)
+        except KeyboardInterrupt:
+            pass
+        except SystemExit:  # uvicorn's exit on a failed start-up: the cause, when there is one, is raised below
+            if guard.error is None:
+                raise
+    finally:
+        for sock in sockets:
+            sock.close()
+    if guard.error is not None:
+        raise guard.error
+    if not server.started:
+        raise StartupError("the server did not start (see the log above)")
+
+
+def _uvicorn_server(config: Any) -> Any:
+    """uvicorn's server over sockets bound beforehand (`listen`), still logging where it listens once started."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:
+                for sock in sockets or ():
+                    address = sock.getsockname()
+                    where = f"[{address[0]}]" if sock.family == socket.AF_INET6 else address[0]
+                    logging.getLogger("uvicorn.error").info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)", where, address[1])
+
+    return Server(config)
 
 
 class BackgroundServer:

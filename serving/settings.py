@@ -2,7 +2,7 @@
 
     JEVMEM_CONTROLLER          backend name (heuristic | local | remote)           default heuristic
     JEVMEM_CONTROLLER_OPTIONS  JSON object of backend factory options              default {}
-    JEVMEM_API_KEY             bearer key; unset = auth off                        default unset
+    JEVMEM_API_KEY             bearer key; unset = auth off (set but blank: refused) default unset
     JEVMEM_HOST / JEVMEM_PORT  where `serving.server.run` listens                   127.0.0.1 / 8000
     JEVMEM_MAX_BODY_BYTES      request body limit, on the wire and decompressed     4 MiB
     JEVMEM_BATCHING            cross-request micro-batching on / off                on
@@ -16,6 +16,9 @@
                                with the model's tokenizer; unset = the backend's own limit only
     JEVMEM_DRAIN_TIMEOUT_S     graceful shutdown: how long queued requests may finish  10
     JEVMEM_WARMUP              one tiny request before /readyz says ready            on
+
+An empty variable keeps the default, except JEVMEM_API_KEY: a key that is set but blank (a secret that did not
+render) is refused rather than read as "auth off". A bad value is a SettingsError naming the variable.
 
 The request timeout stays below the SDK's 10 s default, so a slow answer becomes a retryable 503 the client
 sees instead of a client-side timeout.
@@ -61,6 +64,11 @@ class Settings:
             raise SettingsError("controller_options must be a JSON object", field="controller_options", value=self.controller_options)
         if self.api_key is not None and (not self.api_key or not self.api_key.isascii() or not self.api_key.isprintable() or " " in self.api_key):
             raise SettingsError("api_key must be non-empty printable ASCII without spaces", field="api_key", value="<redacted>")
+        if not isinstance(self.host, str) or not self.host or any(c.isspace() for c in self.host):
+            # "" would make uvicorn listen on every interface
+            raise SettingsError("host must be a host name or address (not empty, no spaces)", field="host", value=self.host)
+        if self.memory_db is not None and not str(self.memory_db).strip():
+            raise SettingsError("memory_db must be a file path (or :memory:)", field="memory_db", value=self.memory_db)
         if not 0 <= self.port <= 65535:
             raise SettingsError("port must be in 0..65535", field="port", value=self.port)
         for name in ("max_body_bytes", "max_batch_size", "queue_size"):
@@ -70,6 +78,10 @@ class Settings:
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0 or (name == "request_timeout_s" and value == 0):
                 raise SettingsError(f"{name} must be a finite, non-negative number", field=name, value=value)
+        if self.batching and self.max_wait_ms >= 1000.0 * self.request_timeout_s:
+            # a batch waiting for company that long would let every request under concurrent traffic time out
+            raise SettingsError(f"max_wait_ms ({self.max_wait_ms:g}) must be below request_timeout_s "
+                                f"({self.request_timeout_s:g} s)", field="max_wait_ms", value=self.max_wait_ms)
         if self.token_budget is not None and self.token_budget < 1:
             raise SettingsError("token_budget must be at least 1", field="token_budget", value=self.token_budget)
         from controller.embedding import EMBEDDERS, embedder_family
@@ -92,14 +104,27 @@ class Settings:
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         for f in fields(cls):
-            raw = env.get(ENV_PREFIX + f.name.upper(), "").strip()
+            var = ENV_PREFIX + f.name.upper()
+            raw = env.get(var, "").strip()
             if raw:
                 values[f.name] = _parse(f.name, raw)
+            elif f.name == "api_key" and var in env and "api_key" not in overrides:
+                raise SettingsError(f"{var} is set but blank; give the key, or unset it to serve without auth",
+                                    field="api_key", value="<redacted>")
         unknown = set(overrides) - {f.name for f in fields(cls)}
         if unknown:
             raise SettingsError(f"unknown setting(s): {', '.join(sorted(unknown))}", field=sorted(unknown)[0])
+        from_env = set(values) - set(overrides)
         values.update(overrides)
-        return cls(**values)
+        try:
+            return cls(**values)
+        except SettingsError as error:
+            name = error.field
+            if name is None or name not in from_env:
+                raise
+            var = ENV_PREFIX + name.upper()
+            shown = "<redacted>" if name == "api_key" else repr(env[var].strip())
+            raise SettingsError(f"{var}={shown}: {error}", field=name, value=error.value) from error
 
     def with_overrides(self, **overrides: Any) -> Settings:
         return replace(self, **overrides)
@@ -114,9 +139,14 @@ def _parse(name: str, raw: str) -> Any:
     var = ENV_PREFIX + name.upper()
     try:
         if name in _INTS:
+            if not raw.lstrip("+-").isdigit() or not raw.isascii():
+                raise ValueError(f"expected a whole number, got {raw!r}")
             return int(raw)
         if name in _FLOATS:
-            return float(raw)
+            try:
+                return float(raw)
+            except ValueError:
+                raise ValueError(f"expected a number, got {raw!r}") from None
         if name in _BOOLS:
             low = raw.lower()
             if low in ("1", "true", "yes", "on"):

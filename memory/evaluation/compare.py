@@ -64,7 +64,9 @@ def read_scores(path: Path) -> dict[str, list[QuestionScore]]:
     return out
 
 
-def _score(row: Mapping[str, Any]) -> QuestionScore:
+def _score(row: Any) -> QuestionScore:
+    if not isinstance(row, dict):
+        raise TypeError(f"expected a JSON object, got {type(row).__name__}")
     values = {k: (math.nan if v is None else float(v)) for k, v in row.items() if k not in _FIXED}
     return QuestionScore(str(row["conversation"]), str(row["qid"]), int(row["category"]), int(row["n_gold"]), values,
                          dict(row.get("gold_ranks") or {}))
@@ -89,6 +91,8 @@ def label_runs(runs: Sequence[Mapping[str, list[QuestionScore]]], names: Sequenc
 def compare(systems: Mapping[str, Sequence[QuestionScore]], reference: str, *, draws: int = 1000,
             seed: int = 0) -> Comparison:
     """Every system of `systems` minus `reference`, question by question, with both bootstraps."""
+    if seed < 0 or draws < 1:
+        raise CompareError(f"seed must be >= 0 and draws >= 1, got seed {seed} and {draws} draws")
     if reference not in systems:
         raise CompareError(f"no system {reference!r} in these runs (found: {', '.join(systems)})")
     ref = systems[reference]

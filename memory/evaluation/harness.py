@@ -86,6 +86,8 @@ class EvalConfig:
             raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
         if self.bootstrap_draws < 1 or self.rrf_k < 1 or self.dense_weight < 0 or self.threads < 1:
             raise ValueError("bootstrap_draws, rrf_k and threads must be >= 1 and dense_weight >= 0")
+        if self.seed < 0:
+            raise ValueError(f"seed must be >= 0 (a bootstrap seed), got {self.seed}")
 
 
 @dataclass
@@ -200,6 +202,23 @@ class _FreshEngine(Engine):
             self._tmp.cleanup()
 
 
+def check_engine_systems(config: EvalConfig, engine_factories: Mapping[str, EngineFactory]) -> None:
+    """What a `jevmem-*` system needs and can be checked cheaply, before the baselines run: its engine config
+    (ConfigError) and its controller backend's name (UnknownBackendError). Otherwise a typo would surface only
+    after the baselines, as a failed system in an otherwise finished report."""
+    from controller.backend import available_backends
+    from controller.errors import UnknownBackendError
+
+    engines = [name for name in config.systems if name.startswith(ENGINE_PREFIX) and name not in engine_factories]
+    if not engines:
+        return
+    _engine_config(config.engine_config)
+    known = available_backends()
+    for name in engines:
+        if name[len(ENGINE_PREFIX):] not in known:
+            raise UnknownBackendError(f"system {name}: unknown backend {name[len(ENGINE_PREFIX):]!r}; available: {', '.join(known)}")
+
+
 def _engine_config(value: str | None) -> EngineConfig:
     if value is None:
         return EngineConfig()
@@ -260,6 +279,7 @@ def run_locomo(
     started = time.perf_counter()
     if not conversations:
         raise ValueError("no conversations to evaluate")
+    check_engine_systems(config, engine_factories or {})
     if config.max_turns is not None:
         conversations = [truncate(c, config.max_turns) for c in conversations]
     ids = tuple(c.sample_id for c in conversations)

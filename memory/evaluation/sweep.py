@@ -146,6 +146,8 @@ def sweep(
     from memory.ingest import turn_observation
     from memory.store import open_store
 
+    if query_k < 1:
+        raise ValueError(f"query_k must be >= 1, got {query_k}")  # checked here, not by the first query after the writes
     configs = variant_configs(base, variants)
     levels = list(oracle_levels)
     runs = [(name, None, config) for name, config in configs.items()] if not levels else [
@@ -252,6 +254,8 @@ def sweep_locomo(
 ) -> SweepResult:
     """`sweep` with the harness's controller client, engine config (preset or JSON file) and process-wide
     embedder (MiniLM embeddings cached on disk)."""
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
     options = {"threads": threads, "model_dir": model_dir} if controller == "local" else {}
     client = SystemOneClient(controller, **options)
     try:

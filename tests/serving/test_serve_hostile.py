@@ -1,0 +1,149 @@
+"""`jevmem serve` and its settings against careless configuration: one line and a non-zero exit, never a traceback,
+and never a server that loaded its model and store only to find it cannot listen."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from serving import cli
+from serving.errors import SettingsError
+from serving.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def no_app(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Records create_app calls: a server that cannot listen must not build (and load) its app at all."""
+    import serving.server
+
+    built: list[Any] = []
+    monkeypatch.setattr(serving.server, "create_app", lambda *a, **k: built.append((a, k)) or pytest.fail("app built"))
+    return built
+
+
+def test_a_port_in_use_is_one_line_before_anything_is_loaded(capsys: pytest.CaptureFixture[str], no_app: list[Any]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, _, err = run(capsys, "serve", "--port", str(port))
+    assert code == 2 and f"cannot listen on 127.0.0.1:{port}" in err and "in use" in err and err.count("\n") == 1
+    assert no_app == []
+
+
+def test_a_host_that_does_not_resolve_is_one_line(capsys: pytest.CaptureFixture[str], no_app: list[Any]) -> None:
+    code, _, err = run(capsys, "serve", "--host", "no-such-host.invalid", "--port", "0")
+    assert code == 2 and "cannot listen on no-such-host.invalid:0" in err and "does not resolve" in err and no_app == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--host", ""], {}, "host must be a host name"),  # "" listened on every interface
+        (["--db", ""], {}, "memory_db must be a file path"),
+        ([], {"JEVMEM_API_KEY": "   "}, "JEVMEM_API_KEY is set but blank"),  # read as "auth off" before
+        ([], {"JEVMEM_API_KEY": ""}, "JEVMEM_API_KEY is set but blank"),
+        ([], {"JEVMEM_MAX_BODY_BYTES": "-1"}, "JEVMEM_MAX_BODY_BYTES='-1': max_body_bytes must be at least 1"),
+        ([], {"JEVMEM_MAX_WAIT_MS": "9000"}, "max_wait_ms (9000) must be below request_timeout_s (8 s)"),
+    ],
+)
+def test_bad_settings_are_refused_before_serving(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, no_app: list[Any],
+    argv: list[str], env: dict[str, str], message: str,
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    code, _, err = run(capsys, "serve", "--port", "0", *argv)
+    assert code == 2 and message in err and err.count("\n") == 1 and no_app == []
+
+
+def test_a_blank_key_given_by_the_caller_is_still_refused_and_batching_off_ignores_the_wait() -> None:
+    with pytest.raises(SettingsError, match="api_key"):
+        Settings.from_env({}, api_key="")
+    assert Settings.from_env({"JEVMEM_BATCHING": "off", "JEVMEM_MAX_WAIT_MS": "9000"}).effective_max_wait_s == 0.0
+
+
+async def test_controller_options_the_backend_does_not_take_are_a_settings_error() -> None:
+    from serving.runtime import Runtime
+
+    runtime = Runtime(Settings.from_env({"JEVMEM_CONTROLLER_OPTIONS": '{"bogus": 1}'}))
+    with pytest.raises(SettingsError, match="JEVMEM_CONTROLLER_OPTIONS does not suit the 'heuristic' backend") as error:
+        await runtime.start()
+    assert error.value.field == "controller_options"
+
+
+def _serve(*argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    environment = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "HF_HUB_OFFLINE": "1", **(env or {})}
+    return subprocess.Popen([sys.executable, "-m", "serving", "serve", *argv], cwd=REPO, env=environment,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--db", "{tmp}", "--embedder", "hashing"], {}, "cannot open store at"),  # a directory where the store should be
+        ([], {"JEVMEM_CONTROLLER": "nope"}, "unknown backend 'nope'"),
+        ([], {"JEVMEM_TOKEN_BUDGET": "3"}, "JEVMEM_TOKEN_BUDGET=3 is below"),
+    ],
+)
+def test_a_failed_start_up_is_one_error_line_not_a_traceback(tmp_path: Path, argv: list[str], env: dict[str, str], message: str) -> None:
+    proc = _serve("--port", "0", *(a.format(tmp=tmp_path) for a in argv), env=env)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err
+    assert "Traceback" not in err and message in err
+    assert [line for line in err.splitlines() if line.startswith("jevmem serve: error:")] == [err.splitlines()[-1]]
+
+
+def test_the_server_still_serves_on_the_socket_it_bound_and_stops_on_sigint() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = _serve("--port", str(port), "--controller", "heuristic")
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, proc.communicate()[1]
+            try:
+                if httpx2.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx2.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "not ready in time"
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert f"Uvicorn running on http://127.0.0.1:{port}" in err and "Traceback" not in err
+
+
+def test_serve_embedder_without_a_store_is_a_usage_error(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                                                          no_app: list[Any]) -> None:
+    monkeypatch.delenv("JEVMEM_MEMORY_DB", raising=False)
+    code, _, err = run(capsys, "serve", "--port", "0", "--embedder", "hashing")
+    assert code == 2 and "--embedder is the memory store's embedder: it goes with --db" in err
+
+
+@pytest.mark.parametrize(("env", "message"), [({"JEVMEM_PORT": "80.0"}, "JEVMEM_PORT: expected a whole number, got '80.0'"),
+                                              ({"JEVMEM_PORT": "８０"}, "expected a whole number"),
+                                              ({"JEVMEM_MAX_WAIT_MS": "soon"}, "JEVMEM_MAX_WAIT_MS: expected a number, got 'soon'")])
+def test_numbers_from_the_environment_say_what_was_expected(env: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        Settings.from_env(env)
