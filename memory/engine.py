@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import replace
 from numbers import Integral
@@ -138,14 +138,20 @@ class Engine:
         (in the write or in the consolidation it triggers) stores nothing: the write may be sent again."""
         return self._write_all([obs])[0]
 
-    def _write_all(self, observations: Sequence[Observation]) -> list[WriteResult]:
+    def _write_all(self, observations: Sequence[Observation],
+                   progress: Callable[[int], None] | None = None) -> list[WriteResult]:
         """Write in order inside one store transaction (each write's own transaction joins it). On any failure the
         store rolls back and the engine's own state (seq, counters, recent writes, names) is put back as well."""
         with self._lock:
             saved = self._write_state()
             try:
                 with self.store.transaction():
-                    return [self._write_one(obs) for obs in observations]
+                    results = []
+                    for obs in observations:
+                        results.append(self._write_one(obs))
+                        if progress is not None:
+                            progress(len(results))
+                    return results
             except BaseException:
                 for name, value in saved.items():
                     setattr(self, name, value)
@@ -220,19 +226,21 @@ class Engine:
                 lap("consolidation")
             return WriteResult(node.id, len(cands.nodes), inferred, questions, status, timings, assessment.over_budget)
 
-    def write_many(self, observations: Iterable[Observation]) -> list[WriteResult]:
+    def write_many(self, observations: Iterable[Observation], *,
+                   progress: Callable[[int], None] | None = None) -> list[WriteResult]:
         """Write in order, all or nothing. Every observation is checked first: an invalid one
         (InvalidObservationError, naming its index) writes none of them. The writes then share one store
         transaction: a store failure on any of them (StoreError) stores none and leaves the engine as it was. Either
         way the same batch can be sent again (corrected) without duplicating its head. A successful batch stores
-        exactly what writing its observations one by one stores: each write sees the batch's earlier ones."""
+        exactly what writing its observations one by one stores: each write sees the batch's earlier ones.
+        `progress`, when given, is called with the number written so far after each write (not yet committed)."""
         batch = list(observations)
         for index, obs in enumerate(batch):
             try:
                 check_observation(obs)
             except InvalidObservationError as error:
                 raise InvalidObservationError(f"observation {index}: {error}", error.value) from error
-        return self._write_all(batch)
+        return self._write_all(batch, progress)
 
     def _consolidate(self) -> ConsolidationReport:
         report = consolidate(

@@ -93,6 +93,12 @@ def _engine_config(value: str | None) -> Any:
     return EngineConfig.from_json(Path(value)) if value.endswith(".json") else value
 
 
+def _progress(total: int, desc: str) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="obs", disable=not sys.stderr.isatty(), leave=False)
+
+
 # ---------------------------------------------------------------------------------------------- commands
 def cmd_ingest(args: argparse.Namespace) -> int:
     """Read and check the whole input, then write it in one all-or-nothing batch (`Engine.write_many`): a bad record
@@ -121,11 +127,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             raise UsageError(f"{args.locomo} holds {len(convs)} conversations; pick one with --conversation "
                              f"({', '.join(c.sample_id for c in convs)}): one memory per conversation")
         observations = locomo_observations(convs[0])
-    with open_engine(args, create=True) as engine:
-        if sys.stderr.isatty():
-            print(f"writing {len(observations)} observations (all or nothing) ...", file=sys.stderr)
+    with open_engine(args, create=True) as engine, _progress(len(observations), "ingest (all or nothing)") as bar:
         try:
-            results = engine.write_many(observations)
+            results = engine.write_many(observations, progress=lambda done: bar.update(done - bar.n))
         except MemoryEngineError as error:
             raise CommandError(f"nothing from {source} was stored in {args.db} (the whole file is written or none of it; "
                                f"fix the cause and run the same command again): {error}") from error

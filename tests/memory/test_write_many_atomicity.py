@@ -141,3 +141,11 @@ def test_a_single_write_whose_consolidation_fails_stores_nothing(make: Callable[
     with pytest.raises(StoreError, match="injected"):
         engine.write(BATCH[0])
     assert snapshot(engine.store) == before and engine_state(engine) == state
+
+
+def test_write_many_reports_progress_after_each_write(make: Callable[[str], Engine]) -> None:
+    engine = make("memory")
+    seen: list[tuple[int, int]] = []
+    results = engine.write_many(BATCH, progress=lambda done: seen.append((done, engine.store.count_nodes())))
+    assert [done for done, _ in seen] == list(range(1, len(BATCH) + 1))
+    assert all(nodes >= done for done, nodes in seen) and len(results) == len(BATCH)  # each call follows its write
