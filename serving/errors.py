@@ -2,6 +2,8 @@
 
     ServingError                         root of every serving failure
     ├── SettingsError                    a setting / JEVMEM_* variable is invalid (field, value)
+    ├── ListenError                      `serve` cannot listen where it was told to (address in use, bad host)
+    ├── StartupError                     `serve` stopped during start-up for a reason uvicorn did not raise
     └── HTTPFacingError                  becomes `{"detail": {"error_type", "message"}}` at the edge
         ├── AuthenticationError          missing key (403) or wrong key (401)
         ├── PayloadTooLargeError         body over the limit, on the wire or decompressed (413)
@@ -31,6 +33,14 @@ class SettingsError(ServingError, ValueError):
         super().__init__(message)
         self.field = field
         self.value = value
+
+
+class ListenError(ServingError, OSError):
+    """The server cannot listen where it was told to (address in use, a host that does not resolve, no permission)."""
+
+
+class StartupError(ServingError):
+    """The server stopped during start-up for a reason uvicorn reported but did not raise."""
 
 
 class HTTPFacingError(ServingError):

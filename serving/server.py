@@ -21,18 +21,10 @@ from fastapi import FastAPI
 
 from controller.backend import Backend
 from serving.app import create_app
-from serving.errors import ServingError
+from serving.errors import ListenError, StartupError
 from serving.settings import Settings
 
 log = logging.getLogger(__name__)
-
-
-class ListenError(ServingError, OSError):
-    """The server cannot listen where it was told to (address in use, a host that does not resolve, no permission)."""
-
-
-class StartupError(ServingError):
-    """The server stopped during start-up for a reason uvicorn reported but did not raise."""
 
 
 def listen(host: str, port: int) -> list[socket.socket]:
