@@ -76,6 +76,7 @@ class Engine:
         self.last_candidates: CandidateSet | None = None  # of the latest write: per-channel hits for recall studies
         self._lock = threading.RLock()
         self._seq: int | None = None
+        self._seq_checked = False  # `_seq` was compared with the store's inside the current write's transaction
         self._writes = 0
         self._consolidations = 0
         self._summaries = 0
@@ -93,10 +94,12 @@ class Engine:
         embedder: str | Embedder = "hashing",
         config: EngineConfig | str | None = None,
         system_two: SystemTwo | None | Literal["env"] = "env",
+        create_dirs: bool = False,
         **controller_options: Any,
     ) -> Engine:
-        """An engine over `open_store(path)` (None: in memory). `config` may name a preset; System Two is read
-        from JEVMEM_LLM_* unless given (None: extractive answers only)."""
+        """An engine over `open_store(path)` (None: in memory; a new file's directory must exist unless
+        `create_dirs`). `config` may name a preset; System Two is read from JEVMEM_LLM_* unless given (None:
+        extractive answers only)."""
         from memory.store import open_store
 
         emb = create_embedder(embedder) if isinstance(embedder, str) else embedder
@@ -104,7 +107,7 @@ class Engine:
         with ExitStack() as opened:  # on any failure below, close what was opened (an SQLite store holds a lock)
             client = SystemOneClient(controller, **controller_options)
             opened.callback(client.close)
-            store = open_store(path, dim=emb.dim, embedder=emb.name)
+            store = open_store(path, dim=emb.dim, embedder=emb.name, create_dirs=create_dirs)
             opened.callback(store.close)
             s2 = SystemTwo.from_settings() if system_two == "env" else system_two
             if s2 is not None and system_two == "env":
@@ -116,9 +119,13 @@ class Engine:
 
     # ------------------------------------------------------------------ write path
     def _peek_seq(self) -> int:
-        if self._seq is None:
+        """The next node's seq. Read from the store once per write operation, inside its transaction: another
+        engine (another process) writing the same store may have used the seqs this one would take next."""
+        if self._seq is None or not self._seq_checked:
             next_seq = getattr(self.store, "next_seq", None)
-            self._seq = next_seq() if callable(next_seq) else max((n.seq for n in self.store.iter_nodes()), default=-1) + 1
+            stored = next_seq() if callable(next_seq) else max((n.seq for n in self.store.iter_nodes()), default=-1) + 1
+            self._seq = stored if self._seq is None else max(self._seq, stored)
+            self._seq_checked = True
         return self._seq
 
     def _names(self) -> set[str]:
@@ -144,6 +151,7 @@ class Engine:
         store rolls back and the engine's own state (seq, counters, recent writes, names) is put back as well."""
         with self._lock:
             saved = self._write_state()
+            self._seq_checked = False
             try:
                 with self.store.transaction():
                     results = []
@@ -256,6 +264,7 @@ class Engine:
     def consolidate(self) -> ConsolidationReport:
         """Run consolidation now over the recent writes (it also runs every `consolidation_every` writes)."""
         with self._lock:
+            self._seq_checked = False  # a summary's seq is taken inside the transaction that applies it
             return self._consolidate()
 
     # ------------------------------------------------------------------ read path

@@ -37,11 +37,12 @@ __all__ = [
 ]
 
 
-def open_store(path: str | Path | None, *, dim: int, embedder: str | None = None) -> Store:
-    """An in-memory store when `path` is None or ":memory:", else the SQLite store at `path` (created if missing).
+def open_store(path: str | Path | None, *, dim: int, embedder: str | None = None, create_dirs: bool = False) -> Store:
+    """An in-memory store when `path` is None or ":memory:", else the SQLite store at `path` (the file is created
+    if missing; its directory must exist unless `create_dirs`, so a mistyped directory is a `StoreError`).
 
     `embedder` names the model that made the embeddings; reopening a store with another name (or `dim`) fails.
     """
     if path is None or str(path) == ":memory:":
         return InMemoryStore(dim, embedder=embedder)
-    return SQLiteStore(path, dim=dim, embedder=embedder)
+    return SQLiteStore(path, dim=dim, embedder=embedder, create_dirs=create_dirs)

@@ -6,7 +6,8 @@ one `except MemoryEngineError` covers every engine and store failure; every erro
     ├── DuplicateNodeError     (node_id or seq already stored)
     ├── EmbeddingError         (wrong shape / non-finite values)
     ├── StoreConfigError       (dimension or embedder differs from the one the store was built with)
-    ├── StoreCorruptionError   (problems `check()` found that cannot be derived again)
+    ├── StoreCorruptionError   (problems, path): `check()` found damage that cannot be derived again,
+    │                      or the store's settings cannot be read
     └── StoreDatabaseError     (operation, path, reason): the database failed an operation (the sqlite3 error is
         │                      chained); a damaged file or a misuse such as a closed store
         └── StoreUnavailableError  an operational failure (locked or busy past the timeout, disk full, I/O error,
@@ -47,9 +48,11 @@ class StoreConfigError(StoreError):
 
 
 class StoreCorruptionError(StoreError):
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("store is inconsistent and cannot be repaired: " + "; ".join(problems[:5]))
+    def __init__(self, problems: list[str], path: str | None = None) -> None:
+        where = "store" if path is None else f"store {path}"
+        super().__init__(f"{where} is inconsistent and cannot be repaired: " + "; ".join(problems[:5]))
         self.problems = problems
+        self.path = path
 
 
 class StoreDatabaseError(StoreError):

@@ -2,9 +2,17 @@
 
 SQLite is the source of truth; the FTS5 rows and the faiss index are derived and rebuilt from `nodes` when
 `check()` finds them out of step (on open, with a logged warning). One connection per store object, guarded by a
-re-entrant lock, so worker threads may share a store; a transaction holds the lock until it ends. One process
-writes a given database at a time (each process keeps its own faiss index, and saves it on close only when no
-other process has changed a vector since the index was built).
+re-entrant lock, so worker threads may share a store; a transaction holds the lock until it ends.
+
+Several store objects (several processes) may use one database. SQLite runs one write transaction at a time: a
+writer waits up to `busy_timeout_s` for another's, then gets a `StoreUnavailableError` (transient) and nothing
+of its write is kept. Each object keeps its own faiss index; when another connection has changed a vector (the
+database's vector generation moved), the index is rebuilt before the next search or write, and it is saved on
+close only when it reflects the database's current generation.
+
+A new store is created in an existing directory only (`create_dirs=True` makes the missing ones): a mistyped
+directory is an error, not a new empty store. A database of something else (tables, no store settings) is
+refused unchanged.
 
 Public methods raise store errors only: a sqlite3 error comes chained in a `StoreDatabaseError` that names the
 operation and the file, a `StoreUnavailableError` when it is operational (locked, disk full, I/O; `sqlite_errors`).
@@ -31,6 +39,7 @@ from memory.store._common import as_embedding, entity_keys, index_text, node_tim
 from memory.store.errors import (
     DuplicateNodeError,
     NodeNotFoundError,
+    StoreConfigError,
     StoreCorruptionError,
     StoreError,
 )
@@ -51,9 +60,13 @@ class SQLiteStore:
         embedder: str | None = None,
         persist_vectors: bool = True,
         search_threads: int = 1,
+        busy_timeout_s: float = 5.0,
+        create_dirs: bool = False,
     ) -> None:
         if dim <= 0:
             raise StoreError(f"dim must be positive, got {dim}")
+        if not 0 <= busy_timeout_s <= 3600:  # NaN fails too
+            raise StoreError(f"busy_timeout_s must be between 0 and 3600 seconds, got {busy_timeout_s}")
         self.path = Path(path)
         self.dim = dim
         self.vectors_path = self.path.with_name(self.path.name + ".faiss")
@@ -63,24 +76,32 @@ class SQLiteStore:
         self._closed = False
         self._indexed_generation = -1  # the vector generation the faiss index reflects (set when it is built)
         self._pending_bumps = 0  # generation bumps of the open transaction, counted on commit
+        parent = self.path.parent
+        if not create_dirs and not parent.exists():
+            raise StoreError(f"cannot open store at {self.path}: the directory {parent} does not exist (a new store "
+                             f"is created only in an existing directory: check the path, or create it first)")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if create_dirs:
+                parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         except (OSError, sqlite3.Error) as exc:  # a directory, a path under a file, no permission
             raise StoreError(f"cannot open store at {self.path}: {exc}") from exc
         try:
-            for pragma in ("journal_mode = WAL", "synchronous = NORMAL", "foreign_keys = ON", "busy_timeout = 5000"):
+            self._conn.execute(f"PRAGMA busy_timeout = {round(busy_timeout_s * 1000)}")
+            schema.refuse_foreign(self._conn, self.path)  # before the pragmas below change the file
+            for pragma in ("journal_mode = WAL", "synchronous = NORMAL", "foreign_keys = ON"):
                 self._conn.execute(f"PRAGMA {pragma}")
             with self.transaction():
                 schema.create(self._conn)
                 self.embedder = schema.check_meta(self._conn, self.path, dim, embedder)
                 self._reindex_if_analyzer_changed()
+            self._store_id = schema.store_id(self._conn)
             self._vectors = VectorIndex(dim, threads=search_threads)
             self._load_or_rebuild_vectors()
             self._repair_if_needed()
         except BaseException as exc:
             self._conn.close()
-            if isinstance(exc, sqlite3.DatabaseError):
+            if isinstance(exc, (sqlite3.DatabaseError, schema.UnreadableRowError)):
                 raise StoreError(f"cannot open store at {self.path}: {exc}") from exc
             raise
 
@@ -89,12 +110,32 @@ class SQLiteStore:
         return schema.vector_generation(self._conn)
 
     def _load_or_rebuild_vectors(self) -> None:
-        generation = self._generation()
-        if self._persist_vectors and self._vectors.load(self.vectors_path, generation=generation, count=self.count_nodes()):
+        generation, count = self._generation(), self.count_nodes()
+        if self._persist_vectors and self._vectors.load(self.vectors_path, generation=generation, count=count,
+                                                        store_id=self._store_id):
             self._indexed_generation = generation
             return
         if self._persist_vectors and self.vectors_path.exists():
-            logger.warning("vector index %s is out of date; rebuilding it from %s", self.vectors_path, self.path)
+            logger.warning("vector index %s is out of date or not this store's; rebuilding it from %s",
+                           self.vectors_path, self.path)
+        elif self._persist_vectors and count:
+            logger.info("vector index %s is missing; rebuilding it from %s", self.vectors_path, self.path)
+        self.rebuild_vectors()
+
+    def _sync_vectors(self) -> None:
+        """Outside a transaction of this object's: rebuild the index when another connection (another process)
+        changed a vector since it was built, so a search never misses, or finds deleted, nodes."""
+        if self._depth or getattr(self, "_vectors", None) is None:
+            return
+        generation = self._generation()
+        if generation == self._indexed_generation:
+            return
+        stored = schema.recorded_embedder(self._conn)
+        if self.embedder is not None and stored != self.embedder:  # `jevmem reembed` ran elsewhere
+            raise StoreConfigError(f"store {self.path} was re-embedded with {stored!r} by another process while open "
+                                   f"here with {self.embedder!r}; reopen it", self.embedder, stored)
+        logger.info("store %s: vectors changed elsewhere (generation %d, index %d); rebuilding the vector index",
+                    self.path, generation, self._indexed_generation)
         self.rebuild_vectors()
 
     def _reindex_if_analyzer_changed(self) -> None:
@@ -111,16 +152,16 @@ class SQLiteStore:
         problems = self.check()
         if not problems:
             return
+        if not all(p.startswith(maintenance.DERIVED) for p in problems):
+            raise StoreCorruptionError(problems, path=str(self.path))
         logger.warning("store %s is inconsistent (%s); repairing derived data", self.path, "; ".join(problems))
-        with self.transaction():
-            if any(p.startswith("embeddings:") for p in problems):
-                raise StoreCorruptionError(problems)
+        with self.transaction(), sqlite_errors.translated("repair", self.path):
             maintenance.repair_tables(self._conn, problems)
         if any(p.startswith("vectors:") for p in problems):
             self.rebuild_vectors()
         remaining = self.check()
         if remaining:
-            raise StoreCorruptionError(remaining)
+            raise StoreCorruptionError(remaining, path=str(self.path))
 
     # ------------------------------------------------------------------ transactions
     def transaction(self) -> AbstractContextManager[None]:
@@ -139,6 +180,12 @@ class SQLiteStore:
                 return
             with sqlite_errors.translated(f"begin {operation}", self.path):
                 self._conn.execute("BEGIN IMMEDIATE")
+            try:  # the write lock is ours: no other connection changes a vector until COMMIT
+                with sqlite_errors.translated(operation, self.path):
+                    self._sync_vectors()
+            except BaseException:
+                self._rollback(None)
+                raise
             vectors = getattr(self, "_vectors", None)
             if vectors is not None:
                 vectors.begin()
@@ -334,6 +381,7 @@ class SQLiteStore:
     def vector_search(self, query: np.ndarray, k: int) -> list[tuple[str, float]]:
         q = as_embedding(query, self.dim)
         with self._reading("vector_search"):
+            self._sync_vectors()
             hits = self._vectors.search(q, k)
             ids = queries.ids_by_seq(self._conn, [s for s, _ in hits])
         return [(ids[s], score) for s, score in hits if s in ids]
@@ -367,8 +415,8 @@ class SQLiteStore:
     def check(self) -> list[str]:
         """Consistency problems, each prefixed by the part it concerns (empty list = consistent)."""
         with self._reading("check"):
-            vectors = getattr(self, "_vectors", None)
-            return maintenance.find_problems(self._conn, self.dim, None if vectors is None else vectors.ids())
+            self._sync_vectors()  # an index behind another connection's writes is out of date, not inconsistent
+            return maintenance.find_problems(self._conn, self.dim, getattr(self, "_vectors", None))
 
     def rebuild_vectors(self) -> None:
         """Rebuild the faiss index from the embedding BLOBs in SQLite."""
@@ -399,7 +447,8 @@ class SQLiteStore:
                 schema.set_embedder(self._conn, embedder)
                 self._bump_generation()
             self.embedder = embedder
-            self.rebuild_vectors()
+            self._indexed_generation = -1  # the index holds the old vectors until this rebuild: if it fails, the
+            self.rebuild_vectors()  # next search or write rebuilds, and close does not save the old ones
 
     def close(self) -> None:
         """Save the vector index (when persisted) and close the connection. Safe to call twice.
@@ -426,7 +475,7 @@ class SQLiteStore:
         """The faiss file is derived data: when it cannot be written (disk full, read-only directory) the database is
         still whole, and the next open rebuilds the index from it, so a failure is logged and not raised."""
         try:
-            self._vectors.save(self.vectors_path, generation)
+            self._vectors.save(self.vectors_path, generation, self._store_id)
         except (OSError, RuntimeError) as error:  # faiss reports I/O failures as RuntimeError
             logger.warning("could not save the vector index %s (%s); the next open rebuilds it", self.vectors_path, error)
 

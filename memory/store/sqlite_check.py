@@ -1,20 +1,34 @@
 """Consistency checks and repairs of the SQLite store's derived data (FTS rows, entity rows).
 
 Each problem is a string prefixed by the part it concerns ("fts:", "vectors:", "edges:", "entities:", "times:",
-"embeddings:"), so the store knows which part to rebuild. Only "embeddings:" cannot be derived again.
+"embeddings:", "nodes:"), so the store knows which part to rebuild. "embeddings:" and "nodes:" (a row whose
+entities cannot be read) cannot be derived again.
+
+The vector index is compared by ids, and by content on a sample (`VECTOR_SAMPLE` vectors spread over the seqs):
+a full comparison would read every BLOB on every open, which is what loading a saved index saves.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
+import numpy as np
+
+from memory.store import sqlite_errors
 from memory.store import sqlite_schema as schema
-from memory.store._common import entity_keys, index_text, node_time, time_key
+from memory.store._common import entity_key, entity_keys, index_text, node_time, normalised, time_key
 
 PAGE = 512  # rows per page when iterating or rebuilding
 DERIVED = ("fts:", "vectors:", "edges:", "entities:", "times:")
+VECTOR_SAMPLE = 64  # vectors compared with their BLOBs by `vector_drift`
+
+
+class Vectors(Protocol):  # what the checks read of `vectors.VectorIndex`
+    def ids(self) -> set[int]: ...
+    def get(self, seq: int) -> np.ndarray | None: ...
 
 
 def pages(conn: sqlite3.Connection, select: str) -> Iterator[list[Any]]:
@@ -39,8 +53,8 @@ def repair_tables(conn: sqlite3.Connection, problems: list[str]) -> None:
         rebuild_times(conn)
 
 
-def find_problems(conn: sqlite3.Connection, dim: int, vector_ids: set[int] | None) -> list[str]:
-    """Problems in the database (and, given its ids, the vector index). Empty list = consistent."""
+def find_problems(conn: sqlite3.Connection, dim: int, vectors: Vectors | None) -> list[str]:
+    """Problems in the database (and, given it, the vector index). Empty list = consistent."""
     problems: list[str] = []
     q = conn.execute
     seqs = {int(r[0]) for r in q("SELECT seq FROM nodes")}
@@ -51,13 +65,18 @@ def find_problems(conn: sqlite3.Connection, dim: int, vector_ids: set[int] | Non
         fts = {int(r[0]) for r in q("SELECT rowid FROM nodes_fts")}
         q("INSERT INTO nodes_fts (nodes_fts) VALUES ('integrity-check')")
     except sqlite3.DatabaseError as exc:
+        if sqlite_errors.is_transient(exc):  # the integrity check writes: another connection's lock is no damage
+            raise
         problems.append(f"fts: index is damaged ({exc})")
     else:
         if fts != seqs:
             problems.append(f"fts: {len(fts)} rows for {len(seqs)} nodes ({len(fts ^ seqs)} differ)")
+    vector_ids = None if vectors is None else vectors.ids()
     if vector_ids is not None and vector_ids != seqs:
         differ = len(vector_ids ^ seqs)
         problems.append(f"vectors: {len(vector_ids)} vectors for {len(seqs)} nodes ({differ} differ)")
+    elif vectors is not None and (drift := vector_drift(conn, dim, vectors, sorted(seqs))):
+        problems.append(drift)
     dangling = q(
         "SELECT COUNT(*) FROM edges WHERE src NOT IN (SELECT id FROM nodes) OR dst NOT IN (SELECT id FROM nodes)"
     ).fetchone()[0]
@@ -66,11 +85,47 @@ def find_problems(conn: sqlite3.Connection, dim: int, vector_ids: set[int] | Non
     orphans = q("SELECT COUNT(*) FROM node_entities WHERE node_id NOT IN (SELECT id FROM nodes)").fetchone()[0]
     if orphans:
         problems.append(f"entities: {orphans} entity rows point at missing nodes")
+    problems.extend(_entity_problems(conn))
     timed = {int(r[0]) for r in q("SELECT seq FROM nodes WHERE event_time IS NOT NULL OR observed_at IS NOT NULL")}
     rows = {int(r[0]) for r in q("SELECT seq FROM node_times")}
     if rows != timed:
         problems.append(f"times: {len(rows)} time rows for {len(timed)} nodes with a time ({len(rows ^ timed)} differ)")
     return problems
+
+
+def _entity_problems(conn: sqlite3.Connection) -> list[str]:
+    """Nodes whose entity rows are not one per entity key (rows lost), and rows whose entities cannot be read."""
+    wrong, unreadable = 0, []
+    select = "SELECT seq, entities, (SELECT COUNT(*) FROM node_entities e WHERE e.node_id = nodes.id) FROM nodes"
+    for rows in pages(conn, select):
+        for seq, entities, count in rows:
+            try:
+                keys = {entity_key(e) for e in json.loads(entities)} - {""}
+            except (TypeError, ValueError, AttributeError):  # not JSON, or not a list of strings
+                unreadable.append(seq)
+                continue
+            wrong += len(keys) != count
+    problems = [f"entities: {wrong} nodes lack some of their entity rows"] if wrong else []
+    if unreadable:
+        problems.append(f"nodes: the entities of {len(unreadable)} rows cannot be read (seq {unreadable[:5]})")
+    return problems
+
+
+def vector_drift(conn: sqlite3.Connection, dim: int, vectors: Vectors, seqs: list[int]) -> str | None:
+    """A "vectors:" problem when any of a sample of the index's vectors differs from its node's (normalised)
+    BLOB: an index saved by another store, or damaged, under a header that matches this one."""
+    if not seqs:
+        return None
+    step = max(1, len(seqs) // VECTOR_SAMPLE)
+    sample = sorted({*seqs[::step][:VECTOR_SAMPLE], seqs[-1]})
+    marks = ", ".join("?" * len(sample))
+    rows = conn.execute(f"SELECT seq, embedding FROM nodes WHERE seq IN ({marks})", sample).fetchall()
+    rows = [(seq, blob) for seq, blob in rows if len(blob) == 4 * dim]  # "embeddings:" reports the others
+    differ = 0
+    for seq, blob in rows:
+        held = vectors.get(int(seq))
+        differ += held is None or not np.allclose(held, normalised(schema.blob_vector(blob, dim)), rtol=0, atol=1e-6)
+    return f"vectors: {differ} of {len(rows)} sampled vectors differ from their stored embeddings" if differ else None
 
 
 def rebuild_fts(conn: sqlite3.Connection) -> None:

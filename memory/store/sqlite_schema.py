@@ -8,19 +8,26 @@ store indexed otherwise (or before it was recorded) rebuilds the FTS rows.
 `node_times` is derived too: one row per node with a time (`_common.time_key`, which sorts like the time even
 when the stored texts carry different UTC offsets), indexed by (kind, time, seq) for `nearest_in_time`. A store
 written before the table existed has it empty; `check()` reports that ("times:") and opening fills it.
+
+`meta` holds the settings (schema version, dim, embedder, analyzer), the vector generation and `store_id`, a
+random id given to the store when it is created: a saved faiss index records it, so an index copied from another
+store is never loaded. A database that holds tables but no `meta.schema_version` is not a store, and is refused
+before anything is written to it. A row that cannot be decoded raises `UnreadableRowError` (the store raises it as
+a `StoreDatabaseError`).
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import uuid
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from memory.store.errors import StoreConfigError
+from memory.store.errors import StoreConfigError, StoreCorruptionError
 from memory.types import Edge, EdgeOrigin, LinkStatus, Node
 
 SCHEMA_VERSION = 1
@@ -128,16 +135,48 @@ def stored_embedder(path: str | Path) -> str | None:
         return None
 
 
+class UnreadableRowError(ValueError):
+    """A stored row whose values cannot be decoded (written by another tool, or damaged)."""
+
+
+def refuse_foreign(conn: sqlite3.Connection, path: Path) -> None:
+    """Raise `StoreConfigError` when `path` is an SQLite database of something else (tables, but no store
+    settings), before the store writes anything into it. An empty database (a new or zero-byte file) is fine."""
+    tables = [r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+    if not tables:
+        return
+    try:
+        if "meta" in tables and _meta(conn, "schema_version") is not None:
+            return
+    except sqlite3.OperationalError:  # a `meta` table of another shape
+        pass
+    shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
+    raise StoreConfigError(f"{path} is an SQLite database but not a Jev-Mem memory store (it holds the tables "
+                           f"{shown}); nothing was changed: name another --db file", "a Jev-Mem store", tables)
+
+
+def _whole(conn: sqlite3.Connection, path: Path, key: str) -> int | None:
+    value = _meta(conn, key)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise StoreCorruptionError([f"meta: {key} is {value!r}, not a whole number"], path=str(path)) from None
+
+
 def check_meta(conn: sqlite3.Connection, path: Path, dim: int, embedder: str | None) -> str | None:
     """Record the settings of a new store, or check them against an existing one. Returns the embedder name."""
-    version = _meta(conn, "schema_version")
+    version = _whole(conn, path, "schema_version")
     if version is None:
         _set_meta(conn, "schema_version", SCHEMA_VERSION)
         _set_meta(conn, "dim", dim)
         _set_meta(conn, "vector_generation", 0)
-    elif int(version) != SCHEMA_VERSION:
-        raise StoreConfigError(f"unsupported schema version {version} in {path}", SCHEMA_VERSION, int(version))
-    stored_dim = int(_meta(conn, "dim") or dim)
+    elif version != SCHEMA_VERSION:
+        raise StoreConfigError(f"unsupported schema version {version} in {path}", SCHEMA_VERSION, version)
+    stored_dim = _whole(conn, path, "dim") or dim
+    _whole(conn, path, "vector_generation")
     if stored_dim != dim:
         raise StoreConfigError(f"store {path} holds {stored_dim}-d vectors, not {dim}", dim, stored_dim)
     stored = _meta(conn, "embedder")
@@ -146,7 +185,19 @@ def check_meta(conn: sqlite3.Connection, path: Path, dim: int, embedder: str | N
                                f"embedder, or convert it: jevmem reembed --db {path} --embedder NAME", embedder, stored)
     if embedder is not None and stored is None:
         _set_meta(conn, "embedder", embedder)
+    if _meta(conn, "store_id") is None:  # a new store, or one made before stores had an id
+        _set_meta(conn, "store_id", uuid.uuid4().hex)
     return embedder if stored is None else stored
+
+
+def store_id(conn: sqlite3.Connection) -> str:
+    """The store's random id (`check_meta` gives every store one), recorded in its saved vector index."""
+    return _meta(conn, "store_id") or ""
+
+
+def recorded_embedder(conn: sqlite3.Connection) -> str | None:
+    """The embedder the store records now (another connection may have changed it: `jevmem reembed`)."""
+    return _meta(conn, "embedder")
 
 
 def set_embedder(conn: sqlite3.Connection, embedder: str) -> None:
@@ -206,25 +257,28 @@ def node_row(node: Node, embedding: np.ndarray) -> tuple[Any, ...]:
 
 
 def row_node(row: sqlite3.Row | tuple[Any, ...]) -> Node:
-    """Inverse of `node_row` for a row selected with NODE_COLUMNS."""
+    """Inverse of `node_row` for a row selected with NODE_COLUMNS (`UnreadableRowError` when it cannot be)."""
     (seq, node_id, content, observed_at, event_time, speaker, source_ids, entities, types, fingerprint,
      link_status, metadata, superseded_by, kind) = tuple(row)  # fmt: skip
-    return Node(
-        id=node_id,
-        content=content,
-        observed_at=parse_time(observed_at),
-        event_time=parse_time(event_time),
-        speaker=speaker,
-        source_ids=tuple(json.loads(source_ids)),
-        entities=tuple(json.loads(entities)),
-        types=json.loads(types),
-        fingerprint=fingerprint,
-        seq=seq,
-        link_status=LinkStatus(link_status),
-        metadata=json.loads(metadata),
-        superseded_by=superseded_by,
-        kind=kind,
-    )
+    try:
+        return Node(
+            id=node_id,
+            content=content,
+            observed_at=parse_time(observed_at),
+            event_time=parse_time(event_time),
+            speaker=speaker,
+            source_ids=tuple(json.loads(source_ids)),
+            entities=tuple(json.loads(entities)),
+            types=json.loads(types),
+            fingerprint=fingerprint,
+            seq=seq,
+            link_status=LinkStatus(link_status),
+            metadata=json.loads(metadata),
+            superseded_by=superseded_by,
+            kind=kind,
+        )
+    except (TypeError, ValueError) as error:  # not JSON, not a time, not a status
+        raise UnreadableRowError(f"nodes row {seq} ({node_id!r}) cannot be read: {error}") from error
 
 
 def edge_row(edge: Edge) -> tuple[Any, ...]:
@@ -242,7 +296,10 @@ def edge_row(edge: Edge) -> tuple[Any, ...]:
 
 def row_edge(row: sqlite3.Row | tuple[Any, ...]) -> Edge:
     src, dst, relation, origin, weight, src_fp, dst_fp, attrs = tuple(row)
-    return Edge(src, dst, relation, EdgeOrigin(origin), weight, src_fp, dst_fp, json.loads(attrs))
+    try:
+        return Edge(src, dst, relation, EdgeOrigin(origin), weight, src_fp, dst_fp, json.loads(attrs))
+    except (TypeError, ValueError) as error:
+        raise UnreadableRowError(f"edges row ({src!r}, {dst!r}, {relation!r}) cannot be read: {error}") from error
 
 
 def blob_vector(blob: bytes, dim: int) -> np.ndarray:

@@ -1,8 +1,9 @@
 """A faiss exact inner-product index over unit vectors, keyed by node seq, with an undo log.
 
 SQLite's embedding BLOBs are the source of truth; this index is derived state. It can be saved next to the
-database together with a small JSON header (count, dim, the store's vector generation, a checksum of the ids)
-and is rebuilt whenever the header does not match the database.
+database together with a small JSON header (count, dim, the store's vector generation and id, a checksum of the
+ids) and is rebuilt whenever the header does not match the database, or the index is not an inner-product flat
+index. (The store also compares a sample of the loaded vectors with its BLOBs: `sqlite_check.vector_drift`.)
 """
 
 from __future__ import annotations
@@ -132,11 +133,12 @@ class VectorIndex:
         return sorted(hits, key=lambda h: (-h[1], h[0]))[:k]
 
     # ---------------------------------------------------------------- persistence
-    def save(self, path: Path, generation: int) -> None:
+    def save(self, path: Path, generation: int, store_id: str = "") -> None:
         """Write the index and its header atomically (temp file + rename)."""
         faiss = _faiss()
         tmp = path.with_name(path.name + ".tmp")
-        header = {"count": len(self), "dim": self.dim, "generation": generation, "ids": ids_checksum(self.ids())}
+        header = {"count": len(self), "dim": self.dim, "generation": generation, "store": store_id,
+                  "ids": ids_checksum(self.ids())}
         header_tmp = _header_path(path).with_name(_header_path(path).name + ".tmp")
         try:
             faiss.write_index(self._index, str(tmp))
@@ -147,8 +149,9 @@ class VectorIndex:
             for leftover in (tmp, header_tmp):
                 leftover.unlink(missing_ok=True)
 
-    def load(self, path: Path, *, generation: int, count: int) -> bool:
-        """Load a saved index if its header matches the database; False (and nothing loaded) otherwise."""
+    def load(self, path: Path, *, generation: int, count: int, store_id: str = "") -> bool:
+        """Load a saved index if its header matches the database (and `store_id`, the store that saved it); False
+        (and nothing loaded) otherwise."""
         header_path = _header_path(path)
         if not path.exists() or not header_path.exists():
             return False
@@ -157,11 +160,15 @@ class VectorIndex:
             header = json.loads(header_path.read_text(encoding="utf-8"))
             if not isinstance(header, dict):
                 raise ValueError(f"its header is a JSON {type(header).__name__}, not an object")
-            if (header.get("dim"), header.get("generation"), header.get("count")) != (self.dim, generation, count):
+            expected = (self.dim, generation, count, store_id)
+            if (header.get("dim"), header.get("generation"), header.get("count"), header.get("store")) != expected:
                 return False
             index = faiss.read_index(str(path))
             if not isinstance(index, faiss.IndexIDMap2):
                 raise ValueError(f"it holds a {type(index).__name__}, not an IndexIDMap2")
+            inner = faiss.downcast_index(index.index)
+            if type(inner) is not faiss.IndexFlatIP or index.metric_type != faiss.METRIC_INNER_PRODUCT:
+                raise ValueError(f"it maps ids to a {type(inner).__name__}, not an inner-product IndexFlatIP")
         except (OSError, ValueError, RuntimeError) as exc:
             logger.warning("ignoring unreadable vector index %s: %s", path, exc)
             return False

@@ -38,7 +38,7 @@ def _fill(store: Store, n: int = 6) -> None:
 
 
 def test_open_store_with_path_is_sqlite(tmp_path: Path) -> None:
-    store = open_store(tmp_path / "sub" / "m.db", dim=DIM)
+    store = open_store(tmp_path / "sub" / "m.db", dim=DIM, create_dirs=True)
     assert isinstance(store, SQLiteStore)
     assert not isinstance(store, InMemoryStore)
     store.close()
