@@ -25,13 +25,16 @@ This module imports nothing from the project: any package may use it.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeAlias, Union
+
+from data.paths import fsync_file
 
 SPLITS: tuple[str, ...] = ("train", "calibration", "dev", "test")
 KINDS: tuple[str, ...] = ("noul", "choice", "score")
@@ -268,25 +271,44 @@ def _drop_torn_tail(path: Path) -> None:
 
 
 def read_jsonl(path: str | Path) -> Iterator[DecisionExample]:
-    """Records of one JSONL file; a torn last line (an interrupted append) is skipped."""
+    """Records of one JSONL file; a torn last line (an interrupted append) is skipped, also one cut inside a
+    multi-byte character. Any other bytes that are not UTF-8 raise `UnicodeDecodeError`."""
     path = Path(path)
-    with path.open(encoding="utf-8") as handle:
-        lines = handle.readlines()
-    for number, line in enumerate(lines, 1):
+    lines = path.read_bytes().splitlines(keepends=True)
+    for number, raw in enumerate(lines, 1):
+        torn = number == len(lines) and not raw.endswith(b"\n")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            if torn and _cut_character(raw):
+                return
+            raise
         if not line.strip():
             continue
         try:
             yield DecisionExample.from_json(line)
         except SchemaError as error:
-            if number == len(lines) and not line.endswith("\n"):
+            if torn:
                 return
             raise SchemaError(f"{path}:{number}: {error}", field_name=error.field_name, value=error.value) from error
 
 
-def write_splits(directory: str | Path, examples: Sequence[DecisionExample]) -> dict[str, int]:
+def _cut_character(raw: bytes) -> bool:
+    """Whether `raw` is UTF-8 but for a character cut short at its end (a write stopped inside it)."""
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(raw, final=False)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def write_splits(directory: str | Path, examples: Sequence[DecisionExample], *,
+                 extra: Callable[[dict[str, int]], Mapping[str, str]] | None = None) -> dict[str, int]:
     """One `<split>.jsonl` per split that has examples (stale split files are removed); counts per split.
     Every split is written beside its target first and moved into place once all are written, so an
-    interrupted write leaves the previous files whole rather than a cut split beside stale ones."""
+    interrupted write leaves the previous files whole rather than a cut split beside stale ones. `extra`
+    (given the counts, once every split is written) names more files (name -> text) moved in with them:
+    the build's `summary.json`, which must never describe other splits than those beside it."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     counts: dict[str, int] = {}
@@ -295,14 +317,21 @@ def write_splits(directory: str | Path, examples: Sequence[DecisionExample]) -> 
         for split in SPLITS:
             rows = [e for e in examples if e.split == split]
             if rows:
-                written[split] = directory / f"{split}.jsonl.partial"
-                counts[split] = write_jsonl(written[split], rows)
+                written[f"{split}.jsonl"] = directory / f"{split}.jsonl.partial"
+                counts[split] = write_jsonl(written[f"{split}.jsonl"], rows)
+        for name, text in (extra(counts) if extra else {}).items():
+            written[name] = directory / f"{name}.partial"
+            written[name].write_text(text, encoding="utf-8")
+        for partial in written.values():  # on disk before any is renamed over an old file
+            fsync_file(partial)
         for split in SPLITS:
             target = directory / f"{split}.jsonl"
-            if split in written:
-                written.pop(split).replace(target)
+            if target.name in written:
+                written.pop(target.name).replace(target)
             else:
                 target.unlink(missing_ok=True)
+        for name in list(written):  # last: a summary as new as the splits beside it
+            written.pop(name).replace(directory / name)
     finally:
         for partial in written.values():
             partial.unlink(missing_ok=True)

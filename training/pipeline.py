@@ -38,7 +38,8 @@ from training.pipeline_config import (
     split_examples,
     tokenizer,
 )
-from training.report import record_stage, write_json, write_report
+from training.report import read_json, record_stage, write_json, write_report
+from training.staging import staged
 
 if TYPE_CHECKING:
     from data.builders.locomo import LocomoRules
@@ -90,25 +91,30 @@ def stage_fit(cfg: PipelineConfig, *, resume: bool = False) -> dict[str, Any]:
     from training.trainer import fit
 
     model = PackedCrossEncoder.from_base(cfg.base_path, seed=cfg.fit.seed)
-    model, result = fit(model, requests, cfg.fit, cfg.run / "fit", resume=resume, progress=cfg.progress)
-    digest = save_artifact(model, cfg.model, base_path=cfg.base_path)
-    for stale in ("reliability.png",):
-        (cfg.model / stale).unlink(missing_ok=True)
-    return {"config": cfg.fit.to_json(), **asdict(result), "artifact_hash": digest, "requests": asdict(report),
-            "states": record_states(cfg)}
+    model, result = fit(model, requests, cfg.fit, fit_dir(cfg, "fit"), resume=resume, progress=cfg.progress)
+    with staged(cfg.model) as stage:  # the new directory whole, or the old one: never a mix (`training.staging`)
+        digest = save_artifact(model, stage, base_path=cfg.base_path)
+        (stage / "reliability.png").unlink(missing_ok=True)
+        states = record_states(cfg, into=stage)
+        _forget(cfg, ("fit", *_MEASURED))  # the records of the model about to be replaced
+    return {"config": cfg.fit.to_json(), **asdict(result), "artifact_hash": digest, "requests": asdict(report), "states": states}
 
 
 def stage_fit_specialist(cfg: PipelineConfig, *, resume: bool = False) -> dict[str, Any]:
     """Fit the configured family's specialist; with none configured, remove any the model directory holds."""
     import shutil
 
-    from controller.specialists import write_index
+    from controller.specialists import INDEX, write_index
     from training.sampling import prepare_requests
     from training.specialist import SPECIALIST_DIR, fit_specialist, specialist_examples, specialist_fit_config
 
+    forget = lambda: _forget(cfg, ("fit_specialist", *_MEASURED))  # noqa: E731  (just before the directory changes)
     if not cfg.specialist:
-        write_index(cfg.model, {})
-        shutil.rmtree(cfg.model / SPECIALIST_DIR, ignore_errors=True)
+        if (cfg.model / INDEX).exists() or (cfg.model / SPECIALIST_DIR).exists():
+            with staged(cfg.model) as stage:
+                write_index(stage, {})
+                shutil.rmtree(stage / SPECIALIST_DIR, ignore_errors=True)
+                forget()
         return {"family": None}
     from controller.families import FAMILIES
 
@@ -120,8 +126,8 @@ def stage_fit_specialist(cfg: PipelineConfig, *, resume: bool = False) -> dict[s
                                    noul_as_choice_rate=cfg.noul_as_choice_rate, seed=cfg.fit.seed)
     config = specialist_fit_config(cfg.fit, steps=cfg.specialist_steps, lora_layers=cfg.specialist_lora_layers,
                                    max_minutes=cfg.specialist_max_minutes)
-    summary = fit_specialist(requests, config, cfg.run / f"fit-{cfg.specialist}", cfg.model, cfg.specialist,
-                             base_path=cfg.base_path, resume=resume, progress=cfg.progress)
+    summary = fit_specialist(requests, config, fit_dir(cfg, "fit_specialist"), cfg.model, cfg.specialist,
+                             base_path=cfg.base_path, resume=resume, progress=cfg.progress, before_swap=forget)
     return {**summary, "examples_by_source": dict(sorted(Counter(e.source for e in examples).items()))}
 
 
@@ -159,12 +165,6 @@ def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
     require_model(cfg)  # the inputs first: a stage that cannot run leaves the model's calibration as it was
     calibration_examples = split_examples(cfg, "calibration")
     reference = split_examples(cfg, "train") + calibration_examples if cfg.calibration_prior != "calibration" else None
-    index = read_index(cfg.model)
-    for target in (cfg.model, *(cfg.model / e["path"] for e in index.values())):  # refitting: old ones may be of other hashes
-        (target / "calibration.json").unlink(missing_ok=True)
-    loaded, specialists = load_model_for_inference(cfg), load_specialists(cfg)
-    examples = cap_states(calibration_examples, cfg.calibration_states, seed=cfg.fit.seed, by_source=False)
-    requests, _ = prepare_requests(examples, tokenizer(cfg), max_questions=cfg.max_questions)
     summary: dict[str, Any] = {}
 
     def fit(predictions: list[Any], model_hash: str | None) -> Any:  # one calibration recipe for every model
@@ -172,17 +172,28 @@ def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
                                      keep_raw=cfg.calibration_keep_raw, reference=reference,
                                      prior_min_examples=cfg.prior_min_examples, shift_fitted_only=cfg.calibration_prior == "fitted")
 
-    for family, sub in specialists.items():
-        requests, own = split_requests(requests, family)
-        run = predict(sub.model, own, progress=cfg.progress, desc=f"calibrate ({family})")
-        result = fit(run.predictions, sub.model_hash)
-        save_calibration(result.calibration, cfg.model / index[family]["path"] / "calibration.json")
-        summary[f"specialist:{family}"] = {"examples": len(run.predictions), "nll_before": result.nll_before,
-                                           "nll_after": result.nll_after, "predict_seconds": round(run.seconds, 2),
-                                           **_shifts(result.calibration)}
-    run = predict(loaded.model, requests, progress=cfg.progress, desc="calibrate")
-    result = fit(run.predictions, loaded.model_hash)
-    save_calibration(result.calibration, cfg.model / "calibration.json")
+    # every write goes to a copy of the model directory, swapped in once all are written: a calibrate that dies
+    # leaves the old calibration (not a model served uncalibrated); the copy's model hashes as the original
+    with staged(cfg.model) as stage:
+        index = read_index(stage)
+        for target in (stage, *(stage / e["path"] for e in index.values())):  # refitting: old ones may be of other hashes
+            (target / "calibration.json").unlink(missing_ok=True)
+        local = replace(cfg, model_dir=str(stage))
+        loaded, specialists = load_model_for_inference(local), load_specialists(local)
+        examples = cap_states(calibration_examples, cfg.calibration_states, seed=cfg.fit.seed, by_source=False)
+        requests, _ = prepare_requests(examples, tokenizer(cfg), max_questions=cfg.max_questions)
+        for family, sub in specialists.items():
+            requests, own = split_requests(requests, family)
+            run = predict(sub.model, own, progress=cfg.progress, desc=f"calibrate ({family})")
+            result = fit(run.predictions, sub.model_hash)
+            save_calibration(result.calibration, stage / index[family]["path"] / "calibration.json")
+            summary[f"specialist:{family}"] = {"examples": len(run.predictions), "nll_before": result.nll_before,
+                                               "nll_after": result.nll_after, "predict_seconds": round(run.seconds, 2),
+                                               **_shifts(result.calibration)}
+        run = predict(loaded.model, requests, progress=cfg.progress, desc="calibrate")
+        result = fit(run.predictions, loaded.model_hash)
+        save_calibration(result.calibration, stage / "calibration.json")
+        _forget(cfg, ("calibrate", "evaluate"))  # a new calibration: the old one's evaluation no longer holds
     return {"examples": len(run.predictions), "folds": cfg.calibration_folds, "keep_raw": cfg.calibration_keep_raw,
             "prior": cfg.calibration_prior, "nll_before": result.nll_before, "nll_after": result.nll_after,
             "predict_seconds": round(run.seconds, 2), **_shifts(result.calibration), **summary}
@@ -257,7 +268,6 @@ def stage_evaluate(cfg: PipelineConfig) -> dict[str, Any]:
 def stage_export(cfg: PipelineConfig) -> dict[str, Any]:
     import torch
 
-    from controller.onnx_export import export_onnx
     from controller.packing import make_batches
     from training.sampling import prepare_requests
 
@@ -266,16 +276,33 @@ def stage_export(cfg: PipelineConfig) -> dict[str, Any]:
     split = "dev" if (cfg.data / "dev.jsonl").exists() else "test"
     requests, _ = prepare_requests(split_examples(cfg, split)[:400], tokenizer(cfg), max_questions=cfg.max_questions)
     batches, _ = make_batches([r.tokenized for r in requests[:48]], max_batch_tokens=4096)
-    report = export_onnx(loaded.model, cfg.run / "model.onnx", batches, method=cfg.export_method)  # type: ignore[arg-type]
+    report = _export(loaded.model, cfg.run / "model.onnx", batches, cfg.export_method)
     size = (cfg.run / "model.onnx").stat().st_size
     summary: dict[str, Any] = {"path": report.path, "method": report.method, "parity_max_abs_diff": report.max_abs_diff, "atol": report.atol,
                                "parity_batches": len(batches), "bytes": size}
     for family, sub in load_specialists(cfg).items():  # the same check for every specialist's graph
         sub.model.cpu()
         path = cfg.run / f"model-{family}.onnx"
-        own = export_onnx(sub.model, path, batches, method=cfg.export_method)  # type: ignore[arg-type]
+        own = _export(sub.model, path, batches, cfg.export_method)
         summary[f"specialist:{family}"] = {"path": own.path, "parity_max_abs_diff": own.max_abs_diff, "bytes": path.stat().st_size}
     return summary
+
+
+def _export(model: Any, path: Path, batches: Any, method: str) -> Any:
+    """`export_onnx` into a file beside `path`, moved onto it once the graph passed its parity check: a failed
+    or killed export leaves no graph that failed it (or half a graph) under the name a deployment copies."""
+    import os
+
+    from controller.onnx_export import export_onnx
+
+    partial = path.with_name(f".{path.stem}.partial{path.suffix}")
+    try:
+        report = export_onnx(model, partial, batches, method=method)  # type: ignore[arg-type]
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    os.replace(partial, path)
+    return replace(report, path=str(path))
 
 
 _RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
@@ -289,11 +316,12 @@ def run_stage(cfg: PipelineConfig, stage: str, **options: Any) -> dict[str, Any]
         raise PipelineError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
     cfg.run.mkdir(parents=True, exist_ok=True)
     changes = _config_changes(cfg)
+    read_json(cfg.run / "stages.json", {})  # a record it cannot update fails here, not after the stage's work
     began = time.perf_counter()
     log.info("stage %s ...", stage)
     summary = _RUNNERS[stage](cfg, **options)
     if stage in ("fit", "fit_specialist"):  # a new model invalidates everything measured on the old one (not a fit that failed)
-        _forget(cfg, ("calibrate", "evaluate", "export"))
+        _forget(cfg, _MEASURED)
     if changes:
         summary = {**summary, "config_changes": changes}
     seconds = time.perf_counter() - began
@@ -305,8 +333,6 @@ def run_stage(cfg: PipelineConfig, stage: str, **options: Any) -> dict[str, Any]
 
 
 def _recipe_command(cfg: PipelineConfig) -> str:
-    from training.report import read_json
-
     recorded = read_json(cfg.run / "pipeline_config.json", None) or {}
     return str(recorded.get("command") or cfg.command)
 
@@ -316,8 +342,6 @@ def _config_changes(cfg: PipelineConfig) -> dict[str, Any]:
     empty run directory); a stage run on its own with other settings leaves it as it is and returns its
     differences (`fit.steps`, `calibration_folds`, ...), which its record in stages.json keeps. The data build's
     settings (`DATA_SETTINGS`) are left out: a stage subcommand has no flags for them and reads the data as built."""
-    from training.report import read_json
-
     path, current = cfg.run / "pipeline_config.json", json.loads(json.dumps(cfg.to_json()))  # as the file holds it
     recorded = read_json(path, None)
     if recorded is None:
@@ -333,9 +357,16 @@ def _config_changes(cfg: PipelineConfig) -> dict[str, Any]:
     return out
 
 
-def _forget(cfg: PipelineConfig, stages: tuple[str, ...]) -> None:
-    from training.report import read_json
+# What is measured on a model, which refitting forgets (just before its directory changes, and after the stage).
+_MEASURED: tuple[str, ...] = ("calibrate", "evaluate", "export")
 
+
+def fit_dir(cfg: PipelineConfig, stage: str) -> Path:
+    """A fit stage's run directory (checkpoints, step log): `run/fit`, `run/fit-<specialist family>`."""
+    return cfg.run / ("fit" if stage == "fit" else f"fit-{cfg.specialist}")
+
+
+def _forget(cfg: PipelineConfig, stages: tuple[str, ...]) -> None:
     path = cfg.run / "stages.json"
     records = read_json(path, {})
     if any(s in records for s in stages):
@@ -371,11 +402,21 @@ def run_all(cfg: PipelineConfig, *, skip_data: bool = False, resume: bool = Fals
         if stage == "build_data" and skip_data:
             continue
         stage_cfg = within_budget(cfg, (time.perf_counter() - began) / 60) if stage == "fit_specialist" else cfg
-        run_stage(stage_cfg, stage, **({"resume": resume} if stage in ("fit", "fit_specialist") else {}))
-    from training.report import read_json
-
+        run_stage(stage_cfg, stage, **({"resume": _resumable(cfg, stage)} if resume and stage in ("fit", "fit_specialist") else {}))
     return read_json(cfg.model / "metrics.json", {})
 
 
-__all__ = ["run_all", "run_stage", "within_budget", "stage_build_data", "stage_calibrate", "stage_evaluate", "stage_export", "stage_fit",
+def _resumable(cfg: PipelineConfig, stage: str) -> bool:
+    """`run_all(resume=True)` resumes a fit stage that has a checkpoint and starts one that has none (the run was
+    killed before that fit began: the specialist's after a kill in the main fit)."""
+    from training.checkpoints import checkpoint_dir, latest_checkpoint
+
+    if latest_checkpoint(fit_dir(cfg, stage)) is not None:
+        return True
+    if stage == "fit" or cfg.specialist:
+        log.warning("--resume: no checkpoint under %s; the %s stage starts from step 0", checkpoint_dir(fit_dir(cfg, stage)), stage)
+    return False
+
+
+__all__ = ["fit_dir", "run_all", "run_stage", "within_budget", "stage_build_data", "stage_calibrate", "stage_evaluate", "stage_export", "stage_fit",
            "stage_fit_embedder", "stage_fit_specialist"]

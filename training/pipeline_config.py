@@ -146,9 +146,10 @@ def tokenizer(cfg: PipelineConfig) -> Any:
     return get_tokenizer(cfg.base_path)
 
 
-def record_states(cfg: PipelineConfig) -> dict[str, bool]:
-    """Write the model directory's `states.json` (`controller.states`) from the rules of the data build it is
-    fitted on, so the engine renders relevance states as that data did; the defaults for a build without rules."""
+def record_states(cfg: PipelineConfig, into: Path | None = None) -> dict[str, bool]:
+    """Write the model directory's `states.json` (`controller.states`; into `into`, the directory being staged to
+    replace it, when given) from the rules of the data build it is fitted on, so the engine renders relevance
+    states as that data did; the defaults for a build without rules."""
     from controller.states import StateConventions, write_states
     from training.report import read_json
 
@@ -156,7 +157,7 @@ def record_states(cfg: PipelineConfig) -> dict[str, bool]:
     if not rules:
         log.warning("%s records no build rules; %s declares the default state conventions", cfg.data / "summary.json", cfg.model)
     states = StateConventions.from_rules(rules)
-    write_states(cfg.model, states)
+    write_states(into or cfg.model, states)
     return asdict(states)
 
 

@@ -18,14 +18,24 @@ ECE_MIN_EXAMPLES = 200
 
 
 def read_json(path: str | Path, default: Any = None) -> Any:
+    """A run record (`default` when the file does not exist); `PipelineError` naming a file that is not JSON."""
     p = Path(path)
     if not p.exists():
         return default
-    return json.loads(p.read_text(encoding="utf-8"))
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:  # ValueError: not JSON, or not UTF-8
+        from training.errors import PipelineError
+
+        raise PipelineError(f"cannot read {p}: {error}; if an older run was killed while writing it, delete it "
+                            "and rerun the stages that write it") from error
 
 
 def write_json(path: str | Path, value: Any) -> None:
-    Path(path).write_text(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    """Write a record whole or not at all (a kill mid-write leaves the previous file)."""
+    from data.paths import write_text_atomic
+
+    write_text_atomic(path, json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 def record_stage(run_dir: str | Path, stage: str, seconds: float, summary: dict[str, Any]) -> None:
@@ -148,5 +158,7 @@ def write_report(run_dir: str | Path, model_dir: str | Path, command: str) -> di
     write_json(Path(model_dir) / "metrics.json", metrics)
     from training.card import model_card
 
-    (Path(model_dir) / "MODEL_CARD.md").write_text(model_card(metrics, command), encoding="utf-8")
+    from data.paths import write_text_atomic
+
+    write_text_atomic(Path(model_dir) / "MODEL_CARD.md", model_card(metrics, command))
     return metrics

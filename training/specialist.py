@@ -14,7 +14,7 @@ nothing per request: every relevance request is answered by exactly one model.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -76,26 +76,32 @@ def fit_specialist(
     base_path: str | None = None,
     resume: bool = False,
     progress: bool = True,
+    before_swap: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Fit a fresh adapter and heads on `requests` (one family's) and write it as `family`'s specialist of
-    `model_dir`, recorded in its index. Returns the stage summary."""
+    `model_dir`, recorded in its index; both are written into a copy of `model_dir` that replaces it whole
+    (`training.staging`), after `before_swap` runs. Returns the stage summary."""
     from controller.artifacts import ArtifactMeta, save_artifact
     from controller.specialists import read_index, write_index
     from controller.torch_model import PackedCrossEncoder
     from training.errors import PipelineError
+    from training.staging import staged
     from training.trainer import fit
 
     if not requests:
         raise PipelineError(f"no training requests of family {family!r} for its specialist")
     model = PackedCrossEncoder.from_base(base_path, seed=config.seed)
     model, result = fit(model, requests, config, run_dir, resume=resume, progress=progress)
-    out = model_dir / specialist_path(family)
     meta = ArtifactMeta(name=f"jevmem-minilm-{family}", description=f"Local System One controller: {family} specialist (LoRA).")
-    digest = save_artifact(model, out, meta, base_path=base_path)
-    for extra in ("metrics.json", "MODEL_CARD.md"):  # the main model's card and metrics describe the pair
-        (out / extra).unlink(missing_ok=True)
-    paths = {f: e["path"] for f, e in read_index(model_dir).items()}
-    write_index(model_dir, {**paths, family: specialist_path(family)})
+    with staged(model_dir) as stage:  # the specialist and the index entry that pins its hash change together
+        out = stage / specialist_path(family)
+        digest = save_artifact(model, out, meta, base_path=base_path)
+        for extra in ("metrics.json", "MODEL_CARD.md"):  # the main model's card and metrics describe the pair
+            (out / extra).unlink(missing_ok=True)
+        paths = {f: e["path"] for f, e in read_index(stage).items()}
+        write_index(stage, {**paths, family: specialist_path(family)})
+        if before_swap is not None:
+            before_swap()
     labels = sum(len(r.labels) for r in requests)
     return {"family": family, "config": config.to_json(), **asdict(result), "artifact_hash": digest,
             "requests": len(requests), "labels": labels}

@@ -25,8 +25,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from data.paths import write_text_atomic
 from training.checkpoints import checkpoint_dir, clear_checkpoints, data_fingerprint, latest_checkpoint, load_checkpoint, save_checkpoint
-from training.errors import CheckpointError, DeviceError
+from training.errors import CheckpointError, DeviceError, FitInterrupted
 from training.fit_log import plot_log, read_log, truncate_log
 from training.sampling import BalancedSampler, LabeledRequest, collate, label_tensors
 
@@ -276,7 +277,7 @@ def fit(
     else:
         log_path.unlink(missing_ok=True)
         clear_checkpoints(run)
-    (run / "fit_config.json").write_text(json.dumps(config.to_json(), indent=2) + "\n", encoding="utf-8")
+    write_text_atomic(run / "fit_config.json", json.dumps(config.to_json(), indent=2) + "\n")
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
     params = [p for p in model.parameters() if p.requires_grad]
@@ -285,40 +286,43 @@ def fit(
     completed = True
     bar = _progress(range(start_step + 1, config.steps + 1), progress, start_step, config.steps)
     model.train()
-    with log_path.open("a", encoding="utf-8", buffering=1) as log_file:  # line-buffered: tail -f works
-        for step in bar:
-            t0 = time.perf_counter()
-            chosen = [requests[i] for i in sampler.indices(step)]
-            batch = collate(chosen, encodings=_encodings(config.seed, step, len(chosen), config.npair_fraction), max_batch_tokens=config.max_batch_tokens)
-            labels = label_tensors(batch).to(device)
-            factor = lr_factor(step, config)
-            for group in optimizer.param_groups:
-                group["lr"] = group["base_lr"] * factor
-            torch.manual_seed(_step_seed(config.seed, step))  # seeds the CUDA generators too
-            with _autocast(config, device):
-                outputs = [model(**to_tensors(b.arrays(), device)).reshape(-1) for b in batch.batches]
-            value = loss_fn(torch.cat(outputs).float(), labels)  # type: ignore[arg-type]
-            optimizer.zero_grad(set_to_none=True)
-            value.total.backward()
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.grad_clip))
-            optimizer.step()
-            stats["tokens"] += batch.tokens
-            stats["labels"] += batch.labels
-            entry = {"step": step, "loss": round(float(value.total.detach()), 6), **{k: round(v, 6) for k, v in value.parts.items()},
-                     "lr": config.lr * factor, "grad_norm": round(grad_norm, 4), "tokens": batch.tokens, "labels": batch.labels,
-                     "seconds": round(time.perf_counter() - t0, 3)}
-            log_file.write(json.dumps(entry) + "\n")
-            if hasattr(bar, "set_postfix"):
-                bar.set_postfix(loss=f"{entry['loss']:.3f}", lr=f"{entry['lr']:.1e}")
-            if step % config.checkpoint_every == 0 or step == config.steps:
-                log_file.flush()
-                save_checkpoint(run, step, model, optimizer, config, stats, data)
-            if config.max_minutes and time.perf_counter() - began > 60 * config.max_minutes and step < config.steps:
-                log_file.flush()
-                save_checkpoint(run, step, model, optimizer, config, stats, data)
-                log.warning("stopped at step %d of %d: max_minutes=%s reached", step, config.steps, config.max_minutes)
-                completed = False
-                break
+    try:
+        with log_path.open("a", encoding="utf-8", buffering=1) as log_file:  # line-buffered: tail -f works
+            for step in bar:
+                t0 = time.perf_counter()
+                chosen = [requests[i] for i in sampler.indices(step)]
+                batch = collate(chosen, encodings=_encodings(config.seed, step, len(chosen), config.npair_fraction), max_batch_tokens=config.max_batch_tokens)
+                labels = label_tensors(batch).to(device)
+                factor = lr_factor(step, config)
+                for group in optimizer.param_groups:
+                    group["lr"] = group["base_lr"] * factor
+                torch.manual_seed(_step_seed(config.seed, step))  # seeds the CUDA generators too
+                with _autocast(config, device):
+                    outputs = [model(**to_tensors(b.arrays(), device)).reshape(-1) for b in batch.batches]
+                value = loss_fn(torch.cat(outputs).float(), labels)  # type: ignore[arg-type]
+                optimizer.zero_grad(set_to_none=True)
+                value.total.backward()
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.grad_clip))
+                optimizer.step()
+                stats["tokens"] += batch.tokens
+                stats["labels"] += batch.labels
+                entry = {"step": step, "loss": round(float(value.total.detach()), 6), **{k: round(v, 6) for k, v in value.parts.items()},
+                         "lr": config.lr * factor, "grad_norm": round(grad_norm, 4), "tokens": batch.tokens, "labels": batch.labels,
+                         "seconds": round(time.perf_counter() - t0, 3)}
+                log_file.write(json.dumps(entry) + "\n")
+                if hasattr(bar, "set_postfix"):
+                    bar.set_postfix(loss=f"{entry['loss']:.3f}", lr=f"{entry['lr']:.1e}")
+                if step % config.checkpoint_every == 0 or step == config.steps:
+                    log_file.flush()
+                    save_checkpoint(run, step, model, optimizer, config, stats, data)
+                if config.max_minutes and time.perf_counter() - began > 60 * config.max_minutes and step < config.steps:
+                    log_file.flush()
+                    save_checkpoint(run, step, model, optimizer, config, stats, data)
+                    log.warning("stopped at step %d of %d: max_minutes=%s reached", step, config.steps, config.max_minutes)
+                    completed = False
+                    break
+    except KeyboardInterrupt as interrupt:  # every checkpoint is written whole (`save_checkpoint`): the last one resumes
+        raise FitInterrupted(_interrupted(run, step, config)) from interrupt
     model.eval()
     model.to("cpu")  # the artifact is saved and exported from CPU tensors
     bert_config.attention_probs_dropout_prob = inference_attention_dropout
@@ -331,8 +335,19 @@ def fit(
         trainable_parameters=int(trainable), total_parameters=int(total), tokens_seen=int(stats["tokens"]), labels_seen=int(stats["labels"]),
         resumed_from=start_step, log_path=str(log_path), plot_path=plot,
     )
-    (run / "fit_result.json").write_text(json.dumps(asdict(result), indent=2) + "\n", encoding="utf-8")
+    write_text_atomic(run / "fit_result.json", json.dumps(asdict(result), indent=2) + "\n")
     return model, result
+
+
+def _interrupted(run: Path, step: int, config: FitConfig) -> str:
+    """What a Ctrl-C during step `step` leaves: the checkpoint a `--resume` continues from, or none."""
+    latest = latest_checkpoint(run)
+    if latest is None:
+        return (f"the fit was interrupted during step {step} of {config.steps}, before its first checkpoint "
+                f"(every {config.checkpoint_every} steps): rerun it without --resume")
+    done = int(latest.stem.removeprefix("step-"))
+    return (f"the fit was interrupted during step {step} of {config.steps}; its latest checkpoint is step {done} "
+            f"({latest}): rerun the same command with --resume to continue from it")
 
 
 def _progress(steps: range, enabled: bool, done: int, total: int) -> Any:

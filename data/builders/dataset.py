@@ -178,19 +178,22 @@ def build_dataset(config: BuildConfig, *, embedder: Any = None) -> BuildResult:
 
 
 def write_build(result: BuildResult, out: str | Path) -> dict[str, int]:
-    """Write the split files and `summary.json`; returns examples per split."""
+    """Write the split files and `summary.json`, moved into place together once all are written (a build killed
+    mid-write leaves the previous build whole); returns examples per split."""
     out = Path(out)
     t = time.perf_counter()
-    counts = write_splits(out, result.examples)
-    seconds = {**result.seconds, "write": time.perf_counter() - t}
-    payload = {
-        "counts": counts,
-        "seconds": {k: round(v, 3) for k, v in seconds.items()},
-        "too_long": result.too_long,
-        "dropped_for_leakage": result.disjoint.dropped,
-        **({"included": result.included} if result.included else {}),
-        "config": result.config.to_dict(),
-        **result.summary.to_dict(),
-    }
-    (out / "summary.json").write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    return counts
+
+    def summary(counts: dict[str, int]) -> dict[str, str]:
+        seconds = {**result.seconds, "write": time.perf_counter() - t}
+        payload = {
+            "counts": counts,
+            "seconds": {k: round(v, 3) for k, v in seconds.items()},
+            "too_long": result.too_long,
+            "dropped_for_leakage": result.disjoint.dropped,
+            **({"included": result.included} if result.included else {}),
+            "config": result.config.to_dict(),
+            **result.summary.to_dict(),
+        }
+        return {"summary.json": json.dumps(payload, indent=1, ensure_ascii=False) + "\n"}
+
+    return write_splits(out, result.examples, extra=summary)
