@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from controller.errors import ArtifactError
+from controller.files import write_json_atomic
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
@@ -34,7 +35,7 @@ def canonical_adapter_config(path: str | Path) -> None:
     data = json.loads(p.read_text(encoding="utf-8"))
     if isinstance(data.get("target_modules"), list):
         data["target_modules"] = sorted(data["target_modules"])
-    p.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_json_atomic(p, data)
 
 
 def adapter_digest(adapter: str | Path) -> str:

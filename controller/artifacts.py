@@ -5,12 +5,13 @@
       adapter/            peft LoRA adapter (adapter_config.json, adapter_model.safetensors)   - or -
       encoder.safetensors full encoder weights (small test models, full fine-tuning)
       heads.safetensors   heads.weight (3, H), heads.bias (3,)
-      calibration.json    temperatures + the artifact hash they were fitted on
+      calibration.json    temperatures + the artifact hash they were fitted on (+ the state conventions)
       metrics.json, MODEL_CARD.md
       states.json         how the engine renders states for it (`controller.states`; absent: the defaults)
 
 `artifact_hash` covers config.json, the adapter / encoder and the heads (not calibration, metrics or the card,
-which refer to it). Loading merges the adapter into the base weights; the base weights file must have the
+which refer to it). A trained directory loads only with a calibration.json fitted on that hash (and, where the
+file records them, on the conventions states.json declares): `allow_uncalibrated` is for the calibrate stage. Loading merges the adapter into the base weights; the base weights file must have the
 sha256 recorded in config.json. Without a trained model, `load_untrained` gives the base encoder with fixed-seed
 heads, clearly named as untrained.
 """
@@ -22,7 +23,7 @@ import json
 import logging
 import shutil
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,7 @@ from controller.backend import ModelInfo
 from controller.calibration import Calibration, identity, load_calibration, save_calibration
 from controller.errors import ArtifactError
 from controller.adapters import canonical_adapter_config, quiet_peft
+from controller.files import atomic_directory, atomic_file, write_json_atomic, write_text_atomic
 from controller.states import StateConventions, read_states
 from controller.template import TEMPLATE_VERSION, template_config
 
@@ -95,7 +97,11 @@ def save_artifact(
     metrics: dict[str, Any] | None = None,
     model_card: str | None = None,
 ) -> str:
-    """Write a model directory; returns its `artifact_hash`. A peft-wrapped encoder is saved as an adapter."""
+    """Write a model directory; returns its `artifact_hash`. A peft-wrapped encoder is saved as an adapter.
+
+    Every file is written atomically (`controller.files`) and the adapter folder is renamed into place whole:
+    a save killed midway leaves no cut file, and a mix of old and new files no longer hashes to what the
+    calibration records, so `load_artifact` refuses it."""
     from safetensors.torch import save_file
 
     out = Path(out_dir)
@@ -112,29 +118,33 @@ def save_artifact(
         "head_layout": _head_layout(),
         "bert_config": _bert_config(model),
     }
-    for stale in (out / "encoder.safetensors", out / "adapter"):  # a previous save of the other kind
+    # a previous save of the other kind, and an old adapter folder (the new one is renamed into its place whole;
+    # full weights replace the old file atomically, so a save killed before that leaves the old ones)
+    for stale in (out / "encoder.safetensors", out / "adapter") if has_adapter else (out / "adapter",):
         if stale.is_dir():
             shutil.rmtree(stale)
         elif stale.exists():
             stale.unlink()
     if has_adapter:
-        with quiet_peft():
-            model.bert.save_pretrained(str(out / "adapter"))
-        canonical_adapter_config(out / "adapter" / "adapter_config.json")
+        with atomic_directory(out / "adapter") as adapter, quiet_peft():
+            model.bert.save_pretrained(str(adapter))
+            canonical_adapter_config(adapter / "adapter_config.json")
         config["encoder"] = {"kind": "lora", "path": "adapter"}
         config["base_model"] = {"id": BASE_MODEL_ID, "file": BASE_WEIGHTS, "sha256": file_sha256(base / BASE_WEIGHTS)}
     else:
         weights = {k: v.detach().contiguous().cpu() for k, v in model.bert.state_dict().items()}
-        save_file(weights, str(out / "encoder.safetensors"))
+        with atomic_file(out / "encoder.safetensors") as tmp:
+            save_file(weights, str(tmp))
         config["encoder"] = {"kind": "full", "path": "encoder.safetensors"}
     heads = {k: v.detach().contiguous().cpu() for k, v in model.heads.state_dict().items()}
-    save_file({f"heads.{k}": v for k, v in heads.items()}, str(out / "heads.safetensors"))
-    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    with atomic_file(out / "heads.safetensors") as tmp:
+        save_file({f"heads.{k}": v for k, v in heads.items()}, str(tmp))
+    write_json_atomic(out / "config.json", config)
     digest = artifact_hash(out)
     cal = calibration or identity(digest)
-    save_calibration(Calibration(cal.temperatures, digest, cal.fitted_on), out / "calibration.json")
-    (out / "metrics.json").write_text(json.dumps(metrics or {}, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    (out / "MODEL_CARD.md").write_text(model_card or _default_card(config, digest), encoding="utf-8")
+    save_calibration(replace(cal, model_hash=digest), out / "calibration.json")  # all of it, bound to this hash
+    write_json_atomic(out / "metrics.json", metrics or {})
+    write_text_atomic(out / "MODEL_CARD.md", model_card or _default_card(config, digest))
     return digest
 
 
@@ -179,8 +189,12 @@ def file_sha256(path: str | Path) -> str:
         return _SHA_CACHE[key]
 
 
-def load_artifact(model_dir: str | Path, *, base_path: str | Path | None = None) -> LoadedModel:
-    """Load a model directory: base encoder (+ merged adapter) + heads + calibration for this hash."""
+def load_artifact(model_dir: str | Path, *, base_path: str | Path | None = None, allow_uncalibrated: bool = False) -> LoadedModel:
+    """Load a model directory: base encoder (+ merged adapter) + heads + calibration for this hash.
+
+    A directory without calibration.json is refused (`ArtifactError`): it would serve raw probabilities as if
+    calibrated. `allow_uncalibrated=True` loads it with the identity calibration instead, for the code that
+    fits the calibration (it needs the model before the file exists)."""
     root = Path(model_dir)
     try:
         config = json.loads((root / "config.json").read_text(encoding="utf-8"))
@@ -202,6 +216,12 @@ def load_artifact(model_dir: str | Path, *, base_path: str | Path | None = None)
     missing = [name for name in _weight_files(encoder) if not (root / name).is_file()]
     if missing:
         raise ArtifactError(f"{root} lacks {', '.join(missing)}: the model directory is incomplete")
+    cal_path = root / "calibration.json"
+    if not cal_path.exists() and not allow_uncalibrated:
+        raise ArtifactError(
+            f"{cal_path} is missing: this trained model would serve uncalibrated probabilities. Restore the file, "
+            f"or fit it with `python -m training calibrate --model-dir {root}` (with the data options of the fit)"
+        )
     digest = artifact_hash(root)
     base = Path(base_path) if base_path is not None else _default_base()
     try:
@@ -220,15 +240,15 @@ def load_artifact(model_dir: str | Path, *, base_path: str | Path | None = None)
         raise
     except Exception as error:  # safetensors, peft and torch raise their own types for corrupt files
         raise ArtifactError(f"cannot load the model in {root}: {error}") from error
-    cal_path = root / "calibration.json"
+    states = read_states(root)
     if cal_path.exists():
-        calibration = load_calibration(cal_path, digest)
+        calibration = load_calibration(cal_path, digest, states)
     else:
-        log.warning("%s has no calibration.json: its probabilities are served uncalibrated", root)
+        log.warning("%s has no calibration.json: loaded uncalibrated, as asked", root)
         calibration = identity(digest)
     name = f"{config['name']}-{config['version']}"
     info = ModelInfo(name=name, description=str(config.get("description", "")), release_date=str(config.get("release_date", "")))
-    return LoadedModel(model.eval(), digest, calibration, info, base, config, trained=True, states=read_states(root))
+    return LoadedModel(model.eval(), digest, calibration, info, base, config, trained=True, states=states)
 
 
 def load_untrained(base_path: str | Path | None = None, *, seed: int = 0) -> LoadedModel:

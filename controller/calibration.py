@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,8 @@ import numpy as np
 
 from controller.calibration_fit import Fitter
 from controller.errors import ArtifactError, CalibrationMismatchError
+from controller.files import write_json_atomic
+from controller.states import STATES_FILE, StateConventions, read_states
 
 FORMAT = "jevmem-calibration/1"
 _BUCKETS: dict[str, tuple[tuple[int, int, str], ...]] = {
@@ -147,11 +149,21 @@ def identity(model_hash: str | None = None) -> Calibration:
 
 
 def save_calibration(calibration: Calibration, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(calibration.to_json(), indent=2) + "\n", encoding="utf-8")
+    """Write calibration.json (atomically). A fitted calibration (any temperature, bias or shift) also records,
+    as `states`, the state conventions of the directory it is written into (its `states.json`, the defaults
+    without one): it was fitted on states rendered that way, so write `states.json` first. An identity map
+    depends on no rendering and records none."""
+    target = Path(path)
+    data = calibration.to_json()
+    if calibration.temperatures or calibration.family_temperatures or calibration.family_biases or calibration.prior_shifts:
+        data["states"] = asdict(read_states(target.parent))
+    write_json_atomic(target, data, sort_keys=False)
 
 
-def load_calibration(path: str | Path, model_hash: str) -> Calibration:
-    """Read calibration.json; `CalibrationMismatchError` when it was fitted on another model."""
+def load_calibration(path: str | Path, model_hash: str, states: StateConventions | None = None) -> Calibration:
+    """Read calibration.json; `CalibrationMismatchError` when it was fitted on another model, or, given the
+    directory's `states`, under other state conventions than those it records (a file without the record,
+    written before it existed, is not checked)."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
@@ -168,7 +180,24 @@ def load_calibration(path: str | Path, model_hash: str) -> Calibration:
             "its weights or config.json changed since the calibration was written (restore them), or the calibration "
             "belongs to another model (refit it)"
         )
+    if states is not None and "states" in data:
+        check_fitted_states(data["states"], states, Path(path))
     return calibration
+
+
+def check_fitted_states(recorded: Any, states: StateConventions, path: Path) -> None:
+    """`CalibrationMismatchError` unless the conventions `path` records as `states` are `states`."""
+    known = {f.name for f in fields(StateConventions)}
+    if not isinstance(recorded, dict) or not all(isinstance(v, bool) for v in recorded.values()):
+        raise ArtifactError(f"cannot read calibration file {path}: 'states' must map convention names to true or false")
+    unknown = sorted(set(recorded) - known)
+    if unknown or any(recorded.get(name, False) != getattr(states, name) for name in known):
+        fitted = {name: recorded.get(name, False) for name in sorted(known | set(recorded))}
+        raise CalibrationMismatchError(
+            f"{path} was fitted on states rendered with {fitted}, but {path.parent / STATES_FILE} now declares "
+            f"{asdict(states)}: the engine would render states the calibration never saw. Restore {STATES_FILE}, "
+            "or refit the calibration (python -m training calibrate --model-dir ...)"
+        )
 
 
 def fit_temperatures(

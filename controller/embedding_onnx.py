@@ -6,8 +6,9 @@ against the torch path (`MiniLMEmbedder(runtime="torch")`) on fixed texts, then 
 `$JEVMEM_CACHE/onnx/embedder-<hash>-g<GRAPH_VERSION>.onnx`, hash = blake2b of config.json and the weights file
 (and, for an adapted embedder, of the adapter's digest: `controller.adapters.adapter_digest`).
 A graph that fails parity raises `ParityError` and is never cached. Like the controller's graph it has a `.json`
-sidecar (full model hash, graph sha256; `controller.onnx_runtime.write_cached_record`): a truncated, damaged
-or foreign graph, or one without a sidecar, is rebuilt with a logged warning.
+sidecar (full model hash, graph sha256; `controller.graph_cache.write_cached_record`): a truncated, damaged
+or foreign graph, or one without a sidecar, is rebuilt with a logged warning. A cache that cannot be written gets
+the graph built in this process's private temporary cache instead (`controller.graph_cache.with_fallback_cache`).
 
 Running a cached graph needs only onnxruntime and `tokenizers` (the model directory's tokenizer.json): torch
 and transformers are not imported on that path.
@@ -29,15 +30,17 @@ from typing import Any
 import numpy as np
 
 from controller.errors import ArtifactError, BackendUnavailableError, ParityError
-from controller.onnx_runtime import (
-    _tmp_path,
+from controller.files import fsync_file
+from controller.graph_cache import (
     cache_root,
     cache_write_error,
-    create_session,
     read_cached_record,
     remove_stale_temps,
+    temp_beside,
+    with_fallback_cache,
     write_cached_record,
 )
+from controller.onnx_runtime import create_session
 
 log = logging.getLogger(__name__)
 
@@ -164,27 +167,35 @@ def ensure_graph(
     of the cache key).
     """
     digest = model_hash(model_dir, adapter_digest)
-    path = _graph_path(digest, cache)
-    with _BUILD_LOCK:
-        remove_stale_temps(path)
-        if read_cached_record(path, digest) is not None:
-            return path
-        tokenizer = load_tokenizer(model_dir, max_length)
-        model = load_model()  # outside the `except OSError` below: a model that cannot be read is not the cache's fault
-        tmp = _tmp_path(path)
-        try:
-            export_graph(model, tmp, encode(tokenizer, PARITY_TEXTS))
-            encoder = OnnxEncoder(tmp, model_dir, max_length=max_length, threads=threads, device="cpu")
-            diff = check_parity(encoder, reference, atol=atol)
-            del encoder
-            os.replace(tmp, path)
-        except OSError as error:  # disk full while writing, a rename refused
-            raise cache_write_error(path, error) from error
-        finally:
-            tmp.unlink(missing_ok=True)
-        write_cached_record(path, {"model_hash": digest, "max_abs_diff": diff})
-    log.info("exported the embedder graph to %s (parity max |diff| %.2e)", path, diff)
-    return path
+    model: list[Any] = []  # loaded once, even when the build moves to the fallback cache
+
+    def build(root: Path) -> Path:
+        path = _graph_path(digest, root)
+        with _BUILD_LOCK:
+            remove_stale_temps(path)
+            if read_cached_record(path, digest) is not None:
+                return path
+            tokenizer = load_tokenizer(model_dir, max_length)
+            tmp = temp_beside(path)  # before the model: an unwritable cache is found without loading it
+            try:
+                if not model:
+                    model.append(load_model())  # outside the `except OSError`: a model that cannot be read is not the cache's fault
+                try:
+                    export_graph(model[0], tmp, encode(tokenizer, PARITY_TEXTS))
+                    encoder = OnnxEncoder(tmp, model_dir, max_length=max_length, threads=threads, device="cpu")
+                    diff = check_parity(encoder, reference, atol=atol)
+                    del encoder
+                    fsync_file(tmp)
+                    os.replace(tmp, path)
+                except OSError as error:  # disk full while writing, a rename refused
+                    raise cache_write_error(path, error) from error
+            finally:
+                tmp.unlink(missing_ok=True)
+            write_cached_record(path, {"model_hash": digest, "max_abs_diff": diff})
+        log.info("exported the embedder graph to %s (parity max |diff| %.2e)", path, diff)
+        return path
+
+    return with_fallback_cache(cache or cache_root(), build)
 
 
 def check_parity(encoder: Callable[[Sequence[str]], np.ndarray], reference: Callable[[Sequence[str]], np.ndarray], *, atol: float = DEFAULT_ATOL) -> float:

@@ -8,9 +8,11 @@
     │   └── InputTooLongError            rendered input exceeds the model's token budget (HTTP 413)
     ├── BackendError                     a backend failed to answer
     │   ├── BackendUnavailableError      remote server down, model not loadable (HTTP 503)
+    │   │   └── CacheWriteError          (`controller.graph_cache`, internal) a graph cache that cannot be written:
+    │   │                                `ensure_graph` then builds in a private temporary directory instead
     │   └── UnknownBackendError          no backend registered under that name
     └── ArtifactError                    a model directory is missing, corrupt or mismatched
-        ├── CalibrationMismatchError     calibration.json was fitted on another model hash
+        ├── CalibrationMismatchError     calibration.json was fitted on another model hash (or states.json)
         └── ParityError                  an exported graph disagrees with torch above tolerance
 
 Client-side validation messages are the SDK's own (the SDK's validator is called directly).

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from controller.errors import ArtifactError, ParityError
+from controller.files import atomic_file
 from controller.packing import INPUT_NAMES, PackedBatch
 
 if TYPE_CHECKING:
@@ -61,20 +62,22 @@ def export_onnx(
     method: ExportMethod = "fused",
     atol: float = DEFAULT_ATOL,
 ) -> ExportReport:
-    """Write the graph to `path`, then compare it with torch on `parity_inputs` (raises `ParityError`)."""
+    """Write the graph beside `path`, compare it with torch on `parity_inputs` (raises `ParityError`), and only
+    then rename it onto `path` (`controller.files.atomic_file`): a graph that failed, or a cut one, never lands."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if any("lora" in name for name in model.state_dict()):
         raise ArtifactError("merge the LoRA adapter into the base weights before exporting")
-    if method == "fused":
-        import onnx
-
-        onnx.save(build_fused_graph(model), str(path))
-    elif method == "torch":
-        _export_torch(model, path, parity_inputs[0])
-    else:
+    if method not in ("fused", "torch"):
         raise ValueError(f"unknown export method {method!r}; choose 'fused' or 'torch'")
-    diff = check_parity(str(path), model, parity_inputs, atol=atol)
+    with atomic_file(path) as tmp:
+        if method == "fused":
+            import onnx
+
+            onnx.save(build_fused_graph(model), str(tmp))
+        else:
+            _export_torch(model, tmp, parity_inputs[0])
+        diff = check_parity(str(tmp), model, parity_inputs, atol=atol)
     log.info("exported %s graph to %s (parity max |diff| %.2e)", method, path, diff)
     return ExportReport(str(path), method, diff, atol)
 

@@ -5,12 +5,13 @@ plus a `.json` sidecar with its parity result, the full model hash and the graph
 cached after it passed parity. Writes (graph and sidecar) go to a temporary file renamed into place, so
 concurrent builders never leave a half-written file; an entry whose sidecar is missing, unreadable or names
 another model, or whose graph no longer has the recorded sha256 (truncated, edited, swapped), is rebuilt.
-The embedder's graph (`controller.embedding_onnx`) uses the same sidecar helpers. Temporaries of an entry
-older than `STALE_TMP_AGE_S` (left by a process killed mid-build) are removed whenever the entry is looked up.
-Cached files get the permissions of any new file (the umask's), so a cache built by one account (an image build)
-is readable by the service that runs it. A cache that cannot be written (a read-only directory, a file in the
-way, a full disk) is `BackendUnavailableError` naming the directory; a read-only cache that already holds a
-valid graph is served as it is.
+The file-system side (sidecars, temporaries, the fallback) is `controller.graph_cache`, shared with the
+embedder's graph (`controller.embedding_onnx`). Cached files get the permissions of any new file (the umask's),
+so a cache built by one account (an image build) is readable by the service that runs it. A read-only cache that
+already holds a valid graph is served as it is; one that cannot be written (a read-only directory, a file in the
+way, a full disk) and lacks the graph gets it built into a private temporary directory instead (one per process,
+removed at exit, a warning naming the cache logged once), so every process rebuilds it until the cache is
+writable. Only when that directory cannot be written either is it `BackendUnavailableError` naming the cache.
 
 int8 (`quantize_dynamic`, weights int8 per channel, activations quantized per tensor at run time) is only
 used after two checks on fixed requests: logits within `int8_atol` of the fp32 graph, and answers independent
@@ -22,23 +23,27 @@ measured 6e-3 on the logits, and the extra quantise ops ate the speed-up.)
 
 from __future__ import annotations
 
-import glob
-import json
 import logging
 import os
-import secrets
 import threading
-import time
-from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from controller.artifacts import file_sha256
 from controller.errors import BackendUnavailableError, ParityError
 from controller.families import family_questions
+from controller.files import fsync_file
+from controller.graph_cache import (
+    cache_root,
+    cache_write_error,
+    read_cached_record,
+    remove_stale_temps,
+    temp_beside,
+    with_fallback_cache,
+    write_cached_record,
+)
 from controller.onnx_export import DEFAULT_ATOL, ExportMethod, check_parity, export_onnx
 from controller.packing import PackedBatch, invariance_max_diff, make_batches
 from controller.questions import normalize_questions
@@ -52,9 +57,6 @@ log = logging.getLogger(__name__)
 GRAPH_VERSION = "1"  # bump whenever a graph builder changes what it writes
 Precision = Literal["fp32", "int8"]
 _BUILD_LOCK = threading.RLock()
-# No live build leaves its temporary untouched this long (an export or a quantisation writes it, the parity
-# checks that follow take minutes at most), so an older one was left by a killed process.
-STALE_TMP_AGE_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -64,10 +66,6 @@ class GraphInfo:
     precision: str
     max_abs_diff: float  # vs torch (fp32) or vs the fp32 graph (int8)
     invariance_diff: float | None = None  # int8 only: max logit change from packing / batching
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("JEVMEM_CACHE") or Path.home() / ".cache" / "jevmem")
 
 
 def parity_requests(tokenizer: TemplateTokenizer) -> list[TokenizedRequest]:
@@ -109,7 +107,25 @@ def ensure_graph(
     int8_atol: float = 0.05,
     invariance_atol: float = 1e-5,
 ) -> GraphInfo:
-    """The cached graph for this model, built and checked on first use. Raises `ParityError` on failure."""
+    """The cached graph for this model, built and checked on first use. Raises `ParityError` on failure.
+
+    A cache that cannot be written gets the graph built in a private temporary one (`with_fallback_cache`)."""
+    options = {"method": method, "atol": atol, "int8_atol": int8_atol, "invariance_atol": invariance_atol}
+    return with_fallback_cache(cache or cache_root(), lambda root: _ensure_graph(model, model_hash, tokenizer, precision, root, **options))
+
+
+def _ensure_graph(
+    model: PackedCrossEncoder,
+    model_hash: str,
+    tokenizer: TemplateTokenizer,
+    precision: Precision,
+    cache: Path,
+    *,
+    method: ExportMethod,
+    atol: float,
+    int8_atol: float,
+    invariance_atol: float,
+) -> GraphInfo:
     path = graph_path(model_hash, method, precision, cache)
     with _BUILD_LOCK:
         remove_stale_temps(path)
@@ -118,9 +134,9 @@ def ensure_graph(
             return GraphInfo(str(path), record["method"], record["precision"], record["max_abs_diff"], record.get("invariance_diff"))
         inputs = parity_batches(tokenizer)
         if precision == "fp32":
-            tmp = _tmp_path(path)
+            tmp = temp_beside(path)
             try:
-                report = export_onnx(model, tmp, inputs, method=method, atol=atol)
+                report = export_onnx(model, tmp, inputs, method=method, atol=atol)  # flushed to disk
                 os.replace(tmp, path)
             except OSError as error:  # disk full while writing, a rename refused
                 raise cache_write_error(path, error) from error
@@ -128,70 +144,15 @@ def ensure_graph(
                 tmp.unlink(missing_ok=True)
             info = GraphInfo(str(path), method, precision, report.max_abs_diff)
         else:
-            fp32 = ensure_graph(model, model_hash, tokenizer, method=method, precision="fp32", cache=cache, atol=atol)
+            fp32 = _ensure_graph(model, model_hash, tokenizer, "fp32", cache, method=method, atol=atol, int8_atol=int8_atol,
+                                 invariance_atol=invariance_atol)
             info = _build_int8(tokenizer, path, Path(fp32.path), method, int8_atol, invariance_atol)
         write_cached_record(path, {**asdict(info), "model_hash": model_hash})
         return info
 
 
-def read_cached_record(path: Path, model_hash: str, required: Sequence[str] = ()) -> dict[str, Any] | None:
-    """The sidecar record of the cached graph `path`, or None when it is missing or cannot be trusted.
-
-    Not trusted (logged as a warning; the caller rebuilds): a graph without a sidecar, a sidecar that is
-    unreadable or lacks `required` keys, one written for another model, a graph whose sha256 changed.
-    """
-    sidecar = path.with_suffix(".json")
-    if not path.exists():
-        return None
-    if not sidecar.exists():
-        log.warning("rebuilding the cached graph %s: it has no sidecar (an interrupted build or an older version)", path)
-        return None
-    try:
-        record = json.loads(sidecar.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        log.warning("rebuilding the cached graph %s: its sidecar is unreadable (%s)", path, error)
-        return None
-    if not isinstance(record, dict) or not all(key in record for key in ("model_hash", "sha256", *required)):
-        log.warning("rebuilding the cached graph %s: its sidecar lacks the model hash, the graph's sha256 or %s", path, ", ".join(required) or "-")
-        return None
-    if record["model_hash"] != model_hash:
-        log.warning("rebuilding the cached graph %s: it was built for model %s", path, str(record["model_hash"])[:12])
-        return None
-    if record["sha256"] != file_sha256(path):
-        log.warning("rebuilding the cached graph %s: the file changed since it passed parity", path)
-        return None
-    return record
-
-
-def write_cached_record(path: Path, record: Mapping[str, Any]) -> None:
-    """Write the sidecar of the graph `path` (just renamed into place): `record` plus the graph's sha256, atomically."""
-    sidecar = path.with_suffix(".json")
-    tmp = _tmp_path(sidecar)
-    try:
-        tmp.write_text(json.dumps({**record, "sha256": file_sha256(path)}) + "\n", encoding="utf-8")
-        os.replace(tmp, sidecar)
-    except OSError as error:
-        raise cache_write_error(sidecar, error) from error
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def remove_stale_temps(path: Path, max_age_s: float = STALE_TMP_AGE_S) -> None:
-    """Delete temporaries of this cache entry (`_tmp_path` names) not modified for `max_age_s` seconds."""
-    if not path.parent.is_dir():
-        return
-    cutoff = time.time() - max_age_s
-    for tmp in path.parent.glob(f"{glob.escape(path.stem)}.*.tmp"):
-        try:
-            if tmp.stat().st_mtime < cutoff:
-                tmp.unlink()
-                log.info("removed %s, left by an interrupted build", tmp)
-        except OSError:  # another process removed it first, or it is not ours to delete
-            continue
-
-
 def _build_int8(tokenizer: TemplateTokenizer, path: Path, fp32_path: Path, method: str, int8_atol: float, invariance_atol: float) -> GraphInfo:
-    tmp = _tmp_path(path)
+    tmp = temp_beside(path)
     try:
         try:
             _quantize(fp32_path, tmp)
@@ -208,7 +169,11 @@ def _build_int8(tokenizer: TemplateTokenizer, path: Path, fp32_path: Path, metho
                 max_abs_diff=max(diff, inv),
                 atol=min(int8_atol, invariance_atol),
             )
-        os.replace(tmp, path)
+        try:
+            fsync_file(tmp)
+            os.replace(tmp, path)
+        except OSError as error:
+            raise cache_write_error(path, error) from error
     finally:
         tmp.unlink(missing_ok=True)
     return GraphInfo(str(path), method, "int8", diff, inv)
@@ -220,9 +185,10 @@ def quantize_unchecked(model_hash: str, method: str, cache: Path | None = None) 
     out = fp32_path.with_name(fp32_path.stem.replace("fp32", "int8-unchecked") + ".onnx")
     remove_stale_temps(out)
     if not out.exists():
-        tmp = _tmp_path(out)
+        tmp = temp_beside(out)
         try:
             _quantize(fp32_path, tmp)
+            fsync_file(tmp)
             os.replace(tmp, out)
         finally:
             tmp.unlink(missing_ok=True)
@@ -291,31 +257,3 @@ def verify_session(session: Any, model: PackedCrossEncoder, tokenizer: TemplateT
 
 def _run(session: Any, batch: PackedBatch) -> np.ndarray:
     return session.run(["logits"], batch.arrays())[0]
-
-
-def cache_write_error(path: Path, error: OSError) -> BackendUnavailableError:
-    """The error for a cache entry that cannot be written (`path`'s directory is named)."""
-    return BackendUnavailableError(
-        f"cannot write the ONNX graph cache in {path.parent}: {error}. Point JEVMEM_CACHE at a writable directory "
-        "(graphs are built there once and reused)"
-    )
-
-
-def _tmp_path(path: Path) -> Path:
-    """A new empty temporary beside `path` (`<stem>.<random>.tmp`), its directory created if needed.
-
-    Not `tempfile.mkstemp`: that makes the file 0600 whatever the umask, and the temporary becomes the cached
-    file, which another account sharing the cache then cannot read (and, in a directory it cannot write, cannot
-    rebuild either)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(100):
-            name = path.parent / f"{path.stem}.{secrets.token_hex(6)}.tmp"
-            try:
-                os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-            except FileExistsError:
-                continue
-            return name
-        raise FileExistsError(f"no free temporary name for {path}")
-    except OSError as error:
-        raise cache_write_error(path, error) from error

@@ -26,6 +26,7 @@ from typing import Any
 from controller.artifacts import LoadedModel, artifact_hash, load_artifact
 from controller.errors import ArtifactError
 from controller.families import FAMILIES, calibration_key
+from controller.files import write_json_atomic
 
 FORMAT = "jevmem-specialists/1"
 INDEX = "specialists.json"
@@ -56,8 +57,9 @@ def read_index(model_dir: str | Path) -> dict[str, dict[str, str]]:
     return families
 
 
-def load_specialists(model_dir: str | Path, *, base_path: str | Path | None = None) -> dict[str, LoadedModel]:
-    """Every specialist of `model_dir`, loaded and checked against its recorded hash."""
+def load_specialists(model_dir: str | Path, *, base_path: str | Path | None = None, allow_uncalibrated: bool = False) -> dict[str, LoadedModel]:
+    """Every specialist of `model_dir`, loaded and checked against its recorded hash (`allow_uncalibrated`: as
+    for `load_artifact`, for the stage that fits their calibrations)."""
     root = Path(model_dir)
     loaded: dict[str, LoadedModel] = {}
     for family, entry in read_index(root).items():
@@ -67,7 +69,7 @@ def load_specialists(model_dir: str | Path, *, base_path: str | Path | None = No
         digest = artifact_hash(sub)
         if digest != entry["artifact_hash"]:
             raise ArtifactError(f"{sub} has hash {digest[:12]}..., but {root / INDEX} records {entry['artifact_hash'][:12]}...")
-        loaded[family] = load_artifact(sub, base_path=base_path)
+        loaded[family] = load_artifact(sub, base_path=base_path, allow_uncalibrated=allow_uncalibrated)
     return loaded
 
 
@@ -80,7 +82,7 @@ def write_index(model_dir: str | Path, paths: Mapping[str, str]) -> dict[str, An
     if not families:
         (root / INDEX).unlink(missing_ok=True)
         return index
-    (root / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_json_atomic(root / INDEX, index)
     read_index(root)  # the same checks a reader applies
     return index
 

@@ -12,6 +12,8 @@ so is any controller that declares nothing (the heuristic, a remote server). The
 unless its `EngineConfig` sets the field (`memory.control.Controller.state_option`).
 
 The file is not part of `artifact_hash`: it describes the data the weights were fitted on, as the model card does.
+A fitted calibration records the conventions it was fitted under (`controller.calibration.save_calibration`),
+and loading refuses it once `states.json` declares others (older calibration files record none: not checked).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.errors import ArtifactError
+from controller.files import write_json_atomic
 
 FORMAT = "jevmem-states/1"
 STATES_FILE = "states.json"
@@ -61,9 +64,9 @@ def read_states(model_dir: str | Path) -> StateConventions:
 
 
 def write_states(model_dir: str | Path, states: StateConventions) -> Path:
-    """Write `model_dir/states.json`; returns its path."""
+    """Write `model_dir/states.json` (atomically); returns its path."""
     path = Path(model_dir) / STATES_FILE
-    path.write_text(json.dumps({"format": FORMAT, **asdict(states)}, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_json_atomic(path, {"format": FORMAT, **asdict(states)})
     return path
 
 

@@ -13,7 +13,8 @@ question kind is not spelled out: each kind has its own head. The state is compa
 JSON (`ensure_ascii=False`; a string state stays as it is). Instructions and criteria that are objects or
 arrays are compact JSON text. Literal spellings of special tokens (`[CLS]`, `[sep]`, ...) are lower-cased so
 that user text can never produce a special token (the tokenizer matches them case-sensitively, and the model
-is uncased, so the text the model reads is unchanged). By default nothing is ever truncated: a branch whose
+is uncased, so the text the model reads is unchanged). A word over WordPiece's 100 characters is read in
+100-character pieces, not as `[UNK]` (`TemplateTokenizer`). By default nothing is ever truncated: a branch whose
 positions exceed `MAX_POSITIONS`, or a request over the token budget, raises `InputTooLongError`. The opt-in
 overflow policy `truncate_state` instead keeps the head of a state that leaves its longest branch no room
 (at least `MIN_KEPT_STATE` tokens of it) and reports how many tokens it dropped (`TokenizedRequest.truncated`).
@@ -113,7 +114,11 @@ def render_request(request: BackendRequest) -> RenderedRequest:
 
 # ------------------------------------------------------------------------------------------ tokenization
 class TemplateTokenizer:
-    """The base model's WordPiece tokenizer without truncation or padding (thread-safe, encode only)."""
+    """The base model's WordPiece tokenizer without truncation or padding (thread-safe, encode only).
+
+    A word longer than WordPiece's `max_input_chars_per_word` (100 for BERT: a hash, an id, a long URL path) is
+    cut into pieces of that many characters before WordPiece (`split_long_words`) instead of becoming one
+    `[UNK]`; text without such a word encodes exactly as the plain tokenizer encodes it."""
 
     def __init__(self, tokenizer_file: str | Path) -> None:
         from tokenizers import Tokenizer
@@ -121,6 +126,7 @@ class TemplateTokenizer:
         tok = Tokenizer.from_file(str(tokenizer_file))
         tok.no_truncation()  # the shipped tokenizer.json truncates and pads to 128: we never truncate
         tok.no_padding()
+        split_long_words(tok)
         self._tok = tok
         self.path = str(tokenizer_file)
         self.vocab_size = int(tok.get_vocab_size())
@@ -140,6 +146,19 @@ class TemplateTokenizer:
 
     def encode_texts(self, texts: list[str]) -> list[tuple[int, ...]]:
         return [tuple(e.ids) for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+
+
+def split_long_words(tok: Any) -> None:
+    """Make `tok` (a `tokenizers.Tokenizer` with a WordPiece model) split every pre-token longer than the model's
+    `max_input_chars_per_word` into pieces of at most that many characters (counted after normalisation, as
+    WordPiece counts them). A pre-token within the limit is left whole, so only text with a longer word changes."""
+    from tokenizers import Regex, pre_tokenizers
+
+    limit = getattr(tok.model, "max_input_chars_per_word", None)
+    if not isinstance(limit, int) or limit < 1:
+        return
+    split = pre_tokenizers.Split(Regex(rf"[\s\S]{{{limit}}}"), behavior="isolated")  # each full run of `limit` its own piece
+    tok.pre_tokenizer = split if tok.pre_tokenizer is None else pre_tokenizers.Sequence([tok.pre_tokenizer, split])
 
 
 _TOKENIZERS: dict[str, TemplateTokenizer] = {}

@@ -1,15 +1,35 @@
 """Output paths checked before the work that fills them: a build or a teacher run that can only fail at its
 first write loses what it computed (minutes of building, a teacher's answers) and ends in a traceback. And files
-written whole or not at all, so that a kill mid-write never leaves a cut file that a later reader takes as valid.
+and directories written whole or not at all, so that a kill mid-write never leaves a cut file, or a directory of
+old and new files, that a later reader takes as valid.
 
     problem = unwritable(Path(args.out), directory=True)   # None, or why nothing could be written there
     write_text_atomic(out / "summary.json", text)          # the old file, or the new one: never half of it
+    with replacing(out / "loss.png") as tmp:               # any writer (savefig, torch.save) into a path beside it
+        fig.savefig(tmp)
+    with staged(out) as stage:                             # a copy of the directory, swapped in whole at the end
+        ...
+
+Directories are swapped in one step where the system can (Linux `renameat2(RENAME_EXCHANGE)`): the target holds
+the old directory or the new one at every instant. Elsewhere the swap is two renames (old aside, copy in); a kill
+between them leaves no directory at the target (never a mix), and `recover`, which every `staged` call runs
+first, moves the old one back. `training.staging` uses this for model directories, `data.schema.write_splits`
+for the decision data.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
+import sys
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from controller.files import fsync_file
+
+log = logging.getLogger(__name__)
 
 
 def unwritable(path: Path, *, directory: bool) -> str | None:
@@ -27,13 +47,21 @@ def unwritable(path: Path, *, directory: bool) -> str | None:
     return None if os.access(parent, os.W_OK | os.X_OK) else f"{parent} is not writable, so {path} cannot be created"
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write `text` (UTF-8) beside `path`, flush it to disk and rename it over `path`: a crash leaves the old
-    file (or none), never a cut one. The temporary file is removed when the write fails."""
+def unreplaceable(directory: Path) -> str | None:
+    """Why `directory` cannot be replaced whole by `staged` (its copy is made, and swapped in, beside it), or None."""
+    target = directory.resolve() if directory.is_symlink() else directory.absolute()
+    return unwritable(target, directory=True) or unwritable(target.parent, directory=True)
+
+
+@contextmanager
+def replacing(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside `path`, with its suffix (writers that go by it, like `savefig`, pick the same
+    format), that is flushed to disk and renamed over `path` when the block ends; after an exception it is
+    removed and `path` is as it was."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial{path.suffix}")  # its name in it: a leftover says whose
     try:
-        tmp.write_text(text, encoding="utf-8")
+        yield tmp
         fsync_file(tmp)
         os.replace(tmp, path)
     except BaseException:
@@ -41,13 +69,96 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         raise
 
 
-def fsync_file(path: str | Path) -> None:
-    """Flush a written file's data to disk, so that a rename over an older file never outlives the data."""
-    fd = os.open(path, os.O_RDONLY)
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write `text` (UTF-8) beside `path`, flush it to disk and rename it over `path`: a crash leaves the old
+    file (or none), never a cut one. The temporary file is removed when the write fails."""
+    with replacing(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def _staging(target: Path) -> Path:
+    return target.parent / f".{target.name}.staging-{os.getpid()}"
+
+
+def _leftovers(target: Path, kind: str) -> list[Path]:
+    return sorted(target.parent.glob(f".{target.name}.{kind}-*")) if target.parent.is_dir() else []
+
+
+def recover(directory: str | Path) -> None:
+    """Undo what an interrupted `staged` block left beside `directory`: a swap cut between its two renames gets
+    the old directory back; unfinished copies and old directories of finished swaps are removed."""
+    target = Path(directory)
+    olds = _leftovers(target, "old")
+    if olds and not target.exists():
+        log.warning("%s: an earlier write was interrupted while swapping it in; the directory before it is restored", target)
+        os.rename(olds.pop(), target)
+    for leftover in [*olds, *_leftovers(target, "staging")]:
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+@contextmanager
+def staged(directory: str | Path, *, copy: bool = True, exclude: Collection[str] = ()) -> Iterator[Path]:
+    """A copy of `directory` (its current files when `copy`, but for the top-level names in `exclude`; else
+    empty) that replaces it when the block ends without an exception; with one, the copy is removed and
+    `directory` stays as it was."""
+    target = Path(directory)
+    if target.is_symlink():  # replace the directory it names, not the link
+        target = target.resolve()
+    recover(target)
+    stage = _staging(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if copy and target.is_dir():
+        skip = set(exclude)
+        shutil.copytree(target, stage, symlinks=True,
+                        ignore=lambda folder, names: [n for n in names if n in skip] if Path(folder) == target else [])
+    else:
+        stage.mkdir()
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        yield stage
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    for path in sorted(stage.rglob("*")):  # the copy's bytes on disk before its name replaces the old directory's
+        if path.is_file() and not path.is_symlink():
+            fsync_file(path)
+    _swap(stage, target)
 
 
-__all__ = ["fsync_file", "unwritable", "write_text_atomic"]
+def _swap(stage: Path, target: Path) -> None:
+    if target.exists() and _exchange(stage, target):  # one step: `stage` now names the old directory
+        shutil.rmtree(stage, ignore_errors=True)
+        return
+    old = target.parent / f".{target.name}.old-{os.getpid()}"
+    if target.exists():
+        os.rename(target, old)
+    try:
+        os.rename(stage, target)
+    except OSError:  # not a crash: put the old directory back before reporting
+        if old.exists() and not target.exists():
+            os.rename(old, target)
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the names of `a` and `b` atomically (Linux `renameat2` with RENAME_EXCHANGE); False, with nothing
+    changed, where the system or the file system has no such call."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+    import errno
+
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)  # glibc >= 2.28
+    if renameat2 is None:
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(a), None, str(b))
+
+
+__all__ = ["fsync_file", "recover", "replacing", "staged", "unreplaceable", "unwritable", "write_text_atomic"]

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeAlias, Union
 
-from data.paths import fsync_file
+from data.paths import staged
 
 SPLITS: tuple[str, ...] = ("train", "calibration", "dev", "test")
 KINDS: tuple[str, ...] = ("noul", "choice", "score")
@@ -304,37 +304,21 @@ def _cut_character(raw: bytes) -> bool:
 
 def write_splits(directory: str | Path, examples: Sequence[DecisionExample], *,
                  extra: Callable[[dict[str, int]], Mapping[str, str]] | None = None) -> dict[str, int]:
-    """One `<split>.jsonl` per split that has examples (stale split files are removed); counts per split.
-    Every split is written beside its target first and moved into place once all are written, so an
-    interrupted write leaves the previous files whole rather than a cut split beside stale ones. `extra`
-    (given the counts, once every split is written) names more files (name -> text) moved in with them:
-    the build's `summary.json`, which must never describe other splits than those beside it."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    """One `<split>.jsonl` per split that has examples (stale split files are removed, other files kept); counts
+    per split. `extra` (given the counts, once every split is written) names more files (name -> text) written
+    with them: the build's `summary.json`, which must never describe other splits than those beside it. The
+    directory is replaced whole (`data.paths.staged`): everything is written into a copy beside it that is
+    swapped in at the end, so a write killed at any point leaves the previous files or the new ones, never a
+    cut split or new splits beside an old summary."""
     counts: dict[str, int] = {}
-    written: dict[str, Path] = {}
-    try:
+    rewritten = {f"{split}.jsonl{suffix}" for split in SPLITS for suffix in ("", ".partial")}  # (.partial: older code's)
+    with staged(directory, exclude=rewritten) as stage:
         for split in SPLITS:
             rows = [e for e in examples if e.split == split]
             if rows:
-                written[f"{split}.jsonl"] = directory / f"{split}.jsonl.partial"
-                counts[split] = write_jsonl(written[f"{split}.jsonl"], rows)
+                counts[split] = write_jsonl(stage / f"{split}.jsonl", rows)
         for name, text in (extra(counts) if extra else {}).items():
-            written[name] = directory / f"{name}.partial"
-            written[name].write_text(text, encoding="utf-8")
-        for partial in written.values():  # on disk before any is renamed over an old file
-            fsync_file(partial)
-        for split in SPLITS:
-            target = directory / f"{split}.jsonl"
-            if target.name in written:
-                written.pop(target.name).replace(target)
-            else:
-                target.unlink(missing_ok=True)
-        for name in list(written):  # last: a summary as new as the splits beside it
-            written.pop(name).replace(directory / name)
-    finally:
-        for partial in written.values():
-            partial.unlink(missing_ok=True)
+            (stage / name).write_text(text, encoding="utf-8")
     return counts
 
 

@@ -20,9 +20,9 @@ import argparse
 import dataclasses
 import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
+from data.paths import write_text_atomic
 from training.predict import Prediction
 
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -138,5 +138,5 @@ def run(args: argparse.Namespace) -> int:
     result = compare(full, sampled, held, reference=reference)
     print(compare_table(result))
     if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        write_text_atomic(args.out, json.dumps(result, indent=1) + "\n")
     return 0

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from data.paths import write_text_atomic
 from training.predict import Prediction
 
 MAIN = "main"
@@ -132,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.split} split of {args.data_dir}: raw figures, differences from {next(iter(named))}")
     print(format_comparison(table))
     if args.out:
-        Path(args.out).write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+        write_text_atomic(args.out, json.dumps(table, indent=1) + "\n")
     return 0
 
 

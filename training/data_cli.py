@@ -112,11 +112,11 @@ def conversation_ids(text: str) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from data.paths import unwritable
+    from data.paths import unreplaceable
     from data.schema import DataError
 
     start = time.perf_counter()
-    problem = unwritable(Path(args.out), directory=True)
+    problem = unreplaceable(Path(args.out))
     if problem:  # found at the write, it would cost the whole build
         raise DataError(f"cannot write the decision data to {args.out}: {problem}")
     calibration = tuple(f"locomo:{c}" for c in args.calibration_conversations)

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from data.paths import write_text_atomic
 from training.predict import Prediction
 from training.relevance_report import relevance_by_negative
 
@@ -169,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
     if priors:
         table = {**(table if args.cosine or args.served else {"models": table}), **{f"{side}_prior": rows for side, rows in priors.items()}}
     if args.out:
-        Path(args.out).write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+        write_text_atomic(args.out, json.dumps(table, indent=1) + "\n")
     return 0
 
 

@@ -2,7 +2,9 @@
 
     TrainingError            root of every training failure
     ├── LossInputError       a loss got tensors that break its contract (shape, range, normalisation)
-    ├── CheckpointError      a checkpoint that cannot be resumed (missing, corrupt, another config)
+    ├── CheckpointError      a checkpoint that cannot be resumed (missing, another config, other data)
+    │   └── CheckpointUnreadableError  a file that does not read as a checkpoint (torn, truncated, foreign):
+    │                                  resume skips it for the one before it
     ├── DeviceError          a device that is asked for and absent (also a ValueError)
     └── PipelineError        a pipeline stage that cannot run (missing data, missing model directory)
 
@@ -23,6 +25,10 @@ class LossInputError(TrainingError, ValueError):
 
 class CheckpointError(TrainingError):
     """A checkpoint cannot be resumed."""
+
+
+class CheckpointUnreadableError(CheckpointError):
+    """A checkpoint file that cannot be read as one; `resume_checkpoint` falls back to the one before it."""
 
 
 class DeviceError(TrainingError, ValueError):

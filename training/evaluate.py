@@ -227,8 +227,13 @@ def plot_reliability(predictions: Sequence[Prediction], calibration: Calibration
         ax.legend(fontsize=7, loc="upper left")
     fig.suptitle(title or "reliability (Noul: P(true); Choice: top-label confidence)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(str(path), dpi=80)
-    plt.close(fig)
+    from data.paths import replacing
+
+    try:
+        with replacing(path) as tmp:  # beside it, same suffix (the format): the old diagram or the new one, whole
+            fig.savefig(str(tmp), dpi=80)
+    finally:
+        plt.close(fig)
     return str(path)
 
 

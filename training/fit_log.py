@@ -77,8 +77,13 @@ def plot_log(entries: Sequence[dict[str, Any]], path: str | Path) -> str | None:
     ax_lr.set_ylabel("LoRA learning rate")
     ax_lr.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(str(path), dpi=90)
-    plt.close(fig)
+    from data.paths import replacing
+
+    try:
+        with replacing(path) as tmp:  # beside it, same suffix (the format): the old plot or the new one, whole
+            fig.savefig(str(tmp), dpi=90)
+    finally:
+        plt.close(fig)
     return str(path)
 
 

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from data.paths import replacing, write_text_atomic
 from training.errors import PipelineError
 
 log = logging.getLogger(__name__)
@@ -149,19 +150,21 @@ def run_sys1bench(adapters: Mapping[str, Any], cfg: OodConfig, out: Path) -> lis
     items = get_generator("rag_relevance", n=cfg.items, seed=cfg.seed, cardinality=cfg.cardinality).generate()
     if cfg.without_focus:
         items = [without_focus(item) for item in items]
-    write_manifest(items, out / "manifest.jsonl")
+    with replacing(out / "manifest.jsonl") as tmp:  # sys1bench writes in place: whole files or the old ones
+        write_manifest(items, tmp)
     rows = []
     for label, adapter in adapters.items():
         if hasattr(adapter, "fit") and label != UNIFORM:
             adapter.fit(items)
         got = run_items(items, adapter, cache=None, concurrency=1)  # transport failures become failed rows
         getattr(getattr(adapter, "_client", None), "close", lambda: None)()  # jev_typesafe's httpx client
-        write_predictions(got, out / f"preds-{label}.jsonl")
+        with replacing(out / f"preds-{label}.jsonl") as tmp:
+            write_predictions(got, tmp)
         rows += got
     cards = {f"{m} / {q}": scorecard(rs) for (m, q), rs in group_rows(rows, "model_id", "question_key").items()}
     no_nan = json.loads(json.dumps(cards, default=str), parse_constant=lambda _: None)  # NaN / Infinity -> null
-    (out / "scorecards.json").write_text(json.dumps(no_nan, indent=1))
-    (out / "table.md").write_text(markdown_table(cards))
+    write_text_atomic(out / "scorecards.json", json.dumps(no_nan, indent=1))
+    write_text_atomic(out / "table.md", markdown_table(cards))
     return question_scores(cards)
 
 
@@ -303,8 +306,8 @@ def to_markdown(summary: OodSummary) -> str:
 
 def write_summary(summary: OodSummary, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(asdict(summary), indent=1, allow_nan=False))
-    (out / "summary.md").write_text(to_markdown(summary))
+    write_text_atomic(out / "summary.json", json.dumps(asdict(summary), indent=1, allow_nan=False))
+    write_text_atomic(out / "summary.md", to_markdown(summary))
 
 
 def add_parser(sub: Any) -> None:
@@ -336,7 +339,7 @@ def record_summary(summary: OodSummary, run_dir: str | Path, model_dir: str | Pa
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
     path = run / "ood.json"
-    path.write_text(json.dumps(asdict(summary), indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    write_text_atomic(path, json.dumps(asdict(summary), indent=1, allow_nan=False) + "\n")
     if model_dir is None:
         from controller.artifacts import DEFAULT_MODEL_DIR
 

@@ -168,12 +168,13 @@ DATA_SETTINGS: tuple[str, ...] = ("locomo", "audit", "synthetic_per_family", "de
                                   "dev_conversations", "include")
 
 
-def load_specialists(cfg: PipelineConfig) -> dict[str, Any]:
-    """The model directory's specialists by family, on the fit's device."""
+def load_specialists(cfg: PipelineConfig, *, allow_uncalibrated: bool = False) -> dict[str, Any]:
+    """The model directory's specialists by family, on the fit's device (`allow_uncalibrated`: for the calibrate
+    stage, which loads them before their calibrations exist)."""
     from controller.specialists import load_specialists as load
     from training.trainer import resolve_device
 
-    loaded = load(cfg.model, base_path=cfg.base_path)
+    loaded = load(cfg.model, base_path=cfg.base_path, allow_uncalibrated=allow_uncalibrated)
     for sub in loaded.values():
         sub.model.to(resolve_device(cfg.fit.device))
     return loaded
@@ -200,19 +201,20 @@ def require_model(cfg: PipelineConfig) -> None:
         raise PipelineError(f"no model directory at {cfg.model}: run the fit stage first")
 
 
-def load_model(cfg: PipelineConfig) -> Any:
-    """The model directory loaded (base + adapter + heads + calibration)."""
+def load_model(cfg: PipelineConfig, *, allow_uncalibrated: bool = False) -> Any:
+    """The model directory loaded (base + adapter + heads + calibration; `allow_uncalibrated`: as for
+    `load_specialists`)."""
     from controller.artifacts import load_artifact
 
     require_model(cfg)
-    return load_artifact(cfg.model, base_path=cfg.base_path)
+    return load_artifact(cfg.model, base_path=cfg.base_path, allow_uncalibrated=allow_uncalibrated)
 
 
-def load_model_for_inference(cfg: PipelineConfig) -> Any:
+def load_model_for_inference(cfg: PipelineConfig, *, allow_uncalibrated: bool = False) -> Any:
     """`load_model`, its torch model moved to the fit's device (a GPU when present and `device` is auto)."""
     from training.trainer import resolve_device
 
-    loaded = load_model(cfg)
+    loaded = load_model(cfg, allow_uncalibrated=allow_uncalibrated)
     loaded.model.to(resolve_device(cfg.fit.device))
     return loaded
 

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from data.paths import write_text_atomic
-from training.checkpoints import checkpoint_dir, clear_checkpoints, data_fingerprint, latest_checkpoint, load_checkpoint, save_checkpoint
+from training.checkpoints import checkpoint_dir, clear_checkpoints, data_fingerprint, latest_checkpoint, resume_checkpoint, save_checkpoint
 from training.errors import CheckpointError, DeviceError, FitInterrupted
 from training.fit_log import plot_log, read_log, truncate_log
 from training.sampling import BalancedSampler, LabeledRequest, collate, label_tensors
@@ -267,14 +267,16 @@ def fit(
     log_path = run / "train_log.jsonl"
     start_step, stats = 0, {"tokens": 0, "labels": 0}
     data = data_fingerprint(requests)
-    if resume:
-        ckpt = latest_checkpoint(run)
-        if ckpt is None:
-            raise CheckpointError(f"--resume: no checkpoint under {checkpoint_dir(run)}")
-        start_step, stats = load_checkpoint(ckpt, model, optimizer, config, data)
+    if resume and latest_checkpoint(run) is None:
+        raise CheckpointError(f"--resume: no checkpoint under {checkpoint_dir(run)}")
+    resumed = resume_checkpoint(run, model, optimizer, config, data) if resume else None
+    if resumed is not None:
+        ckpt, start_step, stats = resumed
         truncate_log(log_path, start_step)
         log.info("resumed from %s (step %d)", ckpt, start_step)
     else:
+        if resume:
+            log.warning("--resume: no checkpoint under %s could be read; the fit starts from step 0", checkpoint_dir(run))
         log_path.unlink(missing_ok=True)
         clear_checkpoints(run)
     write_text_atomic(run / "fit_config.json", json.dumps(config.to_json(), indent=2) + "\n")

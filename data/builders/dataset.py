@@ -178,8 +178,9 @@ def build_dataset(config: BuildConfig, *, embedder: Any = None) -> BuildResult:
 
 
 def write_build(result: BuildResult, out: str | Path) -> dict[str, int]:
-    """Write the split files and `summary.json`, moved into place together once all are written (a build killed
-    mid-write leaves the previous build whole); returns examples per split."""
+    """Write the split files and `summary.json` into a copy of `out` that replaces it whole once all are written
+    (`data.schema.write_splits`: a build killed at any point leaves the previous build or this one); returns
+    examples per split."""
     out = Path(out)
     t = time.perf_counter()
 

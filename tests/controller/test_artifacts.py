@@ -208,12 +208,71 @@ def test_edited_weights_say_so_rather_than_only_refit(tiny_artifact, tmp_path) -
     assert artifact_hash(copy) in str(info.value)
 
 
-def test_a_missing_calibration_is_loud(tiny_artifact, tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
+def test_a_trained_model_without_calibration_is_refused_unless_the_caller_opts_in(tiny_artifact, tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
     import logging
+
+    from controller.local import LocalBackend
 
     copy = tmp_path / "m"
     shutil.copytree(tiny_artifact, copy)
     (copy / "calibration.json").unlink()
+    for load in (lambda: load_artifact(copy), lambda: LocalBackend.load(copy, runtime="torch")):
+        with pytest.raises(ArtifactError, match="calibration.json is missing") as info:
+            load()
+        assert str(copy / "calibration.json") in str(info.value) and "python -m training calibrate" in str(info.value)
     with caplog.at_level(logging.WARNING, logger="controller.artifacts"):
-        loaded = load_artifact(copy)
-    assert loaded.calibration.temperatures == {} and "calibration.json" in caplog.text
+        loaded = load_artifact(copy, allow_uncalibrated=True)  # the calibrate stage: the file is about to be fitted
+    assert loaded.calibration == Calibration({}, loaded.model_hash) and "calibration.json" in caplog.text
+
+
+def test_a_calibration_is_refused_once_states_json_changes_from_what_it_was_fitted_under(tiny_artifact, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from controller.states import StateConventions, write_states
+
+    copy = tmp_path / "m"
+    shutil.copytree(tiny_artifact, copy)
+    digest = artifact_hash(copy)
+    write_states(copy, StateConventions(relevance_dated=True))
+    save_calibration(Calibration({"noul": 2.0}, digest), copy / "calibration.json")
+    recorded = json.loads((copy / "calibration.json").read_text())["states"]
+    assert recorded == {"relevance_context": False, "relevance_dated": True}
+    assert load_artifact(copy).calibration.temperatures == {"noul": 2.0}
+    for change in (lambda: write_states(copy, StateConventions()), lambda: (copy / "states.json").unlink()):
+        change()
+        with pytest.raises(CalibrationMismatchError, match="states.json") as info:
+            load_artifact(copy)
+        assert "python -m training calibrate" in str(info.value)
+        assert artifact_hash(copy) == digest  # the weights' identity is untouched: only the calibration is refused
+    write_states(copy, StateConventions(relevance_dated=True))
+    assert load_artifact(copy).model_hash == digest
+
+
+def test_calibrations_without_a_states_record_are_not_checked(tiny_artifact, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from controller.states import StateConventions, write_states
+
+    copy = tmp_path / "m"
+    shutil.copytree(tiny_artifact, copy)
+    assert "states" not in json.loads((copy / "calibration.json").read_text())  # an identity map depends on no rendering
+    old = Calibration({"noul": 2.0}, artifact_hash(copy)).to_json()  # a fitted file written before the record existed
+    (copy / "calibration.json").write_text(json.dumps(old))
+    write_states(copy, StateConventions(relevance_dated=True, relevance_context=True))
+    assert load_artifact(copy).calibration.temperatures == {"noul": 2.0}
+    (copy / "calibration.json").write_text(json.dumps({**old, "states": {"relevance_dated": "yes"}}))
+    with pytest.raises(ArtifactError, match="'states'"):
+        load_artifact(copy)
+
+
+def test_the_committed_model_still_loads_its_calibration_and_keeps_its_hashes() -> None:
+    from controller.artifacts import DEFAULT_MODEL_DIR
+    from controller.calibration import load_calibration
+    from controller.specialists import read_index
+    from controller.states import read_states
+
+    if not (DEFAULT_MODEL_DIR / "config.json").exists():
+        pytest.skip("no committed model")
+    digest = artifact_hash(DEFAULT_MODEL_DIR)
+    assert digest.startswith("0aa6e981")
+    load_calibration(DEFAULT_MODEL_DIR / "calibration.json", digest, read_states(DEFAULT_MODEL_DIR))
+    (entry,) = read_index(DEFAULT_MODEL_DIR).values()
+    sub = DEFAULT_MODEL_DIR / entry["path"]
+    assert artifact_hash(sub) == entry["artifact_hash"] and entry["artifact_hash"].startswith("28d846f4")
+    load_calibration(sub / "calibration.json", entry["artifact_hash"], read_states(sub))

@@ -33,6 +33,21 @@ def test_parity_failure_raises(tiny_model, tokenizer, tmp_path) -> None:  # type
     assert info.value.max_abs_diff == pytest.approx(0.01, rel=1e-3)
 
 
+def test_an_export_that_fails_parity_leaves_no_graph_and_keeps_an_old_one(tiny_model, tokenizer, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import controller.onnx_export
+
+    target = tmp_path / "m.onnx"
+    target.write_bytes(b"the old graph")
+
+    def fails(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise ParityError("differs", max_abs_diff=1.0, atol=1e-4)
+
+    monkeypatch.setattr(controller.onnx_export, "check_parity", fails)
+    with pytest.raises(ParityError):
+        export_onnx(tiny_model, target, parity_batches(tokenizer))
+    assert target.read_bytes() == b"the old graph" and [p.name for p in tmp_path.iterdir()] == ["m.onnx"]
+
+
 def test_graph_is_cached_by_hash_outside_the_repo(tiny_model, tokenizer, jevmem_cache) -> None:  # type: ignore[no-untyped-def]
     first = ensure_graph(tiny_model, "hash-cache-test", tokenizer)
     assert first.path == str(graph_path("hash-cache-test", "fused", "fp32"))

@@ -89,6 +89,32 @@ def test_a_changed_specialist_is_refused(with_specialist: Path) -> None:
         LocalBackend.load(with_specialist, runtime="torch")
 
 
+def test_a_specialist_with_edited_weights_is_refused_by_its_pinned_hash(with_specialist: Path) -> None:
+    from controller.artifacts import artifact_hash
+    from controller.calibration import Calibration, save_calibration
+    from controller.specialists import load_specialists
+
+    sub = with_specialist / "specialists" / "relevance"
+    weights = bytearray((sub / "encoder.safetensors").read_bytes())
+    weights[-1] ^= 1
+    (sub / "encoder.safetensors").write_bytes(bytes(weights))
+    # a calibration refitted to the edited weights: only the index's pin can tell
+    save_calibration(Calibration({}, artifact_hash(sub)), sub / "calibration.json")
+    with pytest.raises(ArtifactError, match="records"):
+        load_specialists(with_specialist)
+    with pytest.raises(ArtifactError, match="records"):
+        LocalBackend.load(with_specialist, runtime="torch")
+
+
+def test_a_specialist_without_calibration_is_refused_unless_asked(with_specialist: Path) -> None:
+    from controller.specialists import load_specialists
+
+    (with_specialist / "specialists" / "relevance" / "calibration.json").unlink()
+    with pytest.raises(ArtifactError, match="calibration.json is missing"):
+        load_specialists(with_specialist)
+    assert set(load_specialists(with_specialist, allow_uncalibrated=True)) == {"relevance"}
+
+
 @pytest.mark.parametrize(
     ("families", "message"),
     [

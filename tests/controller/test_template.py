@@ -129,3 +129,42 @@ def test_255_option_choice_fits_and_is_split_into_sequences(tokenizer) -> None: 
     covered = [k for p in plans for part in p.parts for k in range(*part.options)]
     assert covered == list(range(255))
     assert count_input_tokens(request) == sum(p.length for p in plans)
+
+
+def _plain(tokenizer):  # type: ignore[no-untyped-def]
+    """The base tokenizer as shipped, without the long-word split (truncation and padding off, as ours)."""
+    from tokenizers import Tokenizer
+
+    plain = Tokenizer.from_file(tokenizer.path)
+    plain.no_truncation()
+    plain.no_padding()
+    return plain
+
+
+def test_text_without_a_long_word_encodes_exactly_as_the_plain_tokenizer(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    from controller.template import render_state
+
+    texts = [
+        render_state(pair_state()),
+        "Melanie: we went camping at the lake with the kids, and the kids loved it! 🏕️",
+        "Café naïve coöperation — Ünïcödé, 東京 and 中文字符, tabs\tand\nnewlines",
+        "see https://example.com/a/b?c=d&e=f#frag and id 550e8400-e29b-41d4-a716-446655440000",
+        "x" * 100,  # exactly the WordPiece limit: one word, as before
+        "é" * 100,
+        " ".join("y" * 99 for _ in range(5)),
+        "",
+    ]
+    plain = _plain(tokenizer)
+    expected = [tuple(e.ids) for e in plain.encode_batch(texts, add_special_tokens=False)]
+    assert tokenizer.encode_texts(texts) == expected
+    assert [tokenizer.branch(t)[1:-1] for t in texts] == expected
+
+
+@pytest.mark.parametrize("word", ["a" * 250, "0123456789abcdef" * 16, "É" * 150, "q" * 101])
+def test_a_word_over_100_characters_is_read_in_pieces_not_as_unk(tokenizer, word) -> None:  # type: ignore[no-untyped-def]
+    unk = tokenizer._tok.token_to_id("[UNK]")
+    assert unk in _plain(tokenizer).encode(f"hash {word} end", add_special_tokens=False).ids  # the limit it works around
+    (ids,) = tokenizer.encode_texts([f"hash {word} end"])
+    assert unk not in ids and len(ids) > 3
+    text = tokenize_request(_request(f"id {word}", {"q": {"type": "noul", "instructions": f"Is {word} known?"}}), tokenizer)
+    assert unk not in text.state and unk not in text.questions[0].ids

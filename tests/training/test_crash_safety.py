@@ -128,8 +128,10 @@ def test_a_calibrate_that_dies_keeps_the_models_calibration(run, monkeypatch) ->
 def test_a_swap_interrupted_between_its_renames_is_rolled_back_by_the_next_stage(run, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import os
 
+    import data.paths
     import training.staging
 
+    monkeypatch.setattr(data.paths, "_exchange", lambda a, b: False)  # a system without a one-step exchange
     before = snapshot(run.model)
     renames: list[Any] = []
     rename = os.rename
@@ -140,11 +142,11 @@ def test_a_swap_interrupted_between_its_renames_is_rolled_back_by_the_next_stage
             raise Crash("killed mid-swap")
         rename(src, dst)
 
-    monkeypatch.setattr(training.staging.os, "rename", second_rename_dies)
+    monkeypatch.setattr(data.paths.os, "rename", second_rename_dies)
     with pytest.raises(Crash):
         run_stage(run, "calibrate")
     assert not run.model.exists()  # a reader sees no model directory (a clear error), never a mixed one
-    monkeypatch.setattr(training.staging.os, "rename", rename)
+    monkeypatch.setattr(data.paths.os, "rename", rename)
     training.staging.recover(run.model)
     assert snapshot(run.model) == before and siblings(run.model) == []
 
@@ -241,6 +243,48 @@ def test_resume_after_a_kill_mid_log_line_drops_the_torn_line(_tiny_model, toy, 
     _, result = fit(copy.deepcopy(_tiny_model), toy, config, tmp_path, resume=True, progress=False)
     assert result.resumed_from == 2 and result.steps_done == 4
     assert [e["step"] for e in read_log(tmp_path / "train_log.jsonl")] == [1, 2, 3, 4]
+
+
+def _fit_and_weights(model: Any, toy: Any, config: FitConfig, run_dir: Path, **kw: Any) -> tuple[Any, dict[str, Any]]:
+    from training.trainer import fit
+
+    fitted, result = fit(copy.deepcopy(model), toy, config, run_dir, progress=False, **kw)
+    return result, {n: p.detach().clone() for n, p in fitted.named_parameters() if p.requires_grad}
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a.keys() == b.keys() and max(float((a[n] - b[n]).abs().max()) for n in a) < 1e-6
+
+
+def test_resume_falls_back_past_a_truncated_latest_checkpoint(_tiny_model, toy, tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
+    config = FitConfig(steps=4, checkpoint_every=2, **FAST)  # the default keeps two checkpoints: one to fall back to
+    _, full = _fit_and_weights(_tiny_model, toy, config, tmp_path)
+    folder = tmp_path / "checkpoints"
+    assert sorted(p.name for p in folder.iterdir()) == ["step-0000002.pt", "step-0000004.pt"]
+    latest = folder / "step-0000004.pt"
+    latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 2])  # a disk fault, a copy cut short
+    with caplog.at_level("WARNING", logger="training.checkpoints"):
+        result, resumed = _fit_and_weights(_tiny_model, toy, config, tmp_path, resume=True)
+    assert result.resumed_from == 2 and result.steps_done == 4 and _same(resumed, full)  # not step 0, not a crash
+    assert "step-0000004.pt" in caplog.text and "skipping" in caplog.text
+    assert sorted(p.name for p in folder.iterdir()) == ["step-0000002.pt", "step-0000004.pt", "step-0000004.pt.unreadable"]
+
+
+def test_resume_with_no_readable_checkpoint_starts_from_step_0_with_the_model_untouched(_tiny_model, toy, tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
+    import torch
+
+    config = FitConfig(steps=4, checkpoint_every=2, **FAST)
+    _, full = _fit_and_weights(_tiny_model, toy, config, tmp_path)
+    folder = tmp_path / "checkpoints"
+    (folder / "step-0000002.pt").write_bytes(b"")
+    state = torch.load(folder / "step-0000004.pt", weights_only=True)
+    state["optimizer"]["state"][0]["exp_avg"] = torch.zeros(3)  # the weights load, then the optimizer state does not fit
+    torch.save(state, folder / "step-0000004.pt")
+    with caplog.at_level("WARNING"):
+        result, fresh = _fit_and_weights(_tiny_model, toy, config, tmp_path, resume=True)
+    assert result.resumed_from == 0 and result.steps_done == 4
+    assert _same(fresh, full)  # the half-loaded step-4 weights were put back before the fit began again
+    assert "step-0000002.pt" in caplog.text and "step-0000004.pt" in caplog.text and "starts from step 0" in caplog.text
 
 
 def test_make_train_resumes_when_the_kill_came_before_the_specialists_fit(run, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -183,3 +183,74 @@ def test_a_split_file_that_cannot_be_read_is_a_data_error_naming_it(tmp_path: Pa
     for split in ("train", "dev"):
         with pytest.raises(DataError, match=f"cannot read decision examples .*{split}.jsonl"):
             load_examples(tmp_path, split)
+
+
+
+class Killed(BaseException):
+    """The simulated kill of a build at one filesystem step of its commit."""
+
+
+def _snapshot(root: Path) -> dict[str, bytes] | None:
+    return {p.name: p.read_bytes() for p in sorted(root.iterdir())} if root.is_dir() else None
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["one-step-exchange", "two-renames"])
+def test_a_split_write_killed_at_any_step_of_its_commit_leaves_the_old_or_the_new_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                                       exchange: bool) -> None:
+    # the commit used to rename the split files and summary.json in one by one: a kill between two renames left
+    # the new train split beside the old dev split and the old summary, a build that never was
+    import os
+
+    import data.paths
+
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    if exchange and not data.paths._exchange(tmp_path / "a", tmp_path / "b"):
+        pytest.skip("no renameat2(RENAME_EXCHANGE) on this system")
+    old_rows = [make(i) for i in range(3)] + [make(9, split="dev")]
+    new_rows = [make(i + 20) for i in range(4)] + [make(30, split="calibration")]
+    summary = lambda counts: {"summary.json": json.dumps(counts) + "\n"}  # noqa: E731
+    write_splits(tmp_path / "new", new_rows, extra=summary)
+    new = {**_snapshot(tmp_path / "new"), "notes.txt": b"kept\n"}  # type: ignore[dict-item]  (other files stay)
+    real = {"os.rename": os.rename, "os.replace": os.replace, "Path.rename": Path.rename, "Path.replace": Path.replace,
+            "exchange": data.paths._exchange if exchange else (lambda a, b: False)}
+    where = {"os.rename": (os, "rename"), "os.replace": (os, "replace"), "Path.rename": (Path, "rename"),
+             "Path.replace": (Path, "replace"), "exchange": (data.paths, "_exchange")}
+    kills = 0
+    for kill_at in range(1, 12):
+        for after in (False, True):  # killed just before the step, or just after it
+            out = tmp_path / f"out-{kill_at}-{after}"
+            write_splits(out, old_rows, extra=summary)
+            (out / "notes.txt").write_text("kept\n", encoding="utf-8")
+            old = _snapshot(out)
+            steps: list[str] = []
+
+            def step(name: str):  # type: ignore[no-untyped-def]
+                def run(*args, **kwargs):  # type: ignore[no-untyped-def]
+                    steps.append(name)
+                    if len(steps) == kill_at and not after:
+                        raise Killed(name)
+                    result = real[name](*args, **kwargs)
+                    if len(steps) == kill_at:
+                        raise Killed(name)
+                    return result
+                return run
+
+            for name, (owner, attribute) in where.items():
+                monkeypatch.setattr(owner, attribute, step(name))
+            try:
+                write_splits(out, new_rows, extra=summary)
+            except Killed:
+                kills += 1
+            finally:
+                monkeypatch.undo()
+            if exchange:  # the directory holds the old build or the new one at every instant
+                assert _snapshot(out) in (old, new), (kill_at, after, steps)
+            else:  # a kill between the two renames leaves no directory (never a mix); the next write puts the old one back
+                assert _snapshot(out) in (None, old, new), (kill_at, after, steps)
+                data.paths.recover(out)
+                assert _snapshot(out) in (old, new), (kill_at, after, steps)
+            write_splits(out, new_rows, extra=summary)  # and clears what the kill left beside it
+            assert _snapshot(out) == new and [p.name for p in tmp_path.iterdir() if out.name in p.name] == [out.name]
+        if len(steps) < kill_at:
+            break  # the write took fewer steps than this: every one of them was killed at
+    assert kills >= 2

@@ -74,3 +74,25 @@ def test_metric_table_has_baselines_and_calibrated_rows(tmp_path) -> None:  # ty
     assert "| a | 3 |" in format_table(table)
     path = plot_reliability(preds, Calibration({"noul": 2.0}), tmp_path / "rel.png")
     assert path and (tmp_path / "rel.png").stat().st_size > 1000
+
+
+def test_a_reliability_diagram_killed_mid_save_keeps_the_old_png(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from matplotlib.figure import Figure
+
+    preds = [_pred("noul", "a", [2.0], (1.0,)), _pred("noul", "a", [-1.0], (0.0,))]
+    path = tmp_path / "reliability.png"
+    assert plot_reliability(preds, Calibration({"noul": 2.0}), path) == str(path)
+    before = path.read_bytes()
+    assert before.startswith(b"\x89PNG")  # the temporary file's suffix told matplotlib the format
+    savefig = Figure.savefig
+
+    def killed_mid_save(self, fname, *args, **kwargs):  # type: ignore[no-untyped-def]
+        savefig(self, fname, *args, **kwargs)
+        with open(fname, "r+b") as handle:  # half of it on disk, then the kill
+            handle.truncate(len(before) // 2)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Figure, "savefig", killed_mid_save)
+    with pytest.raises(KeyboardInterrupt):
+        plot_reliability(preds, Calibration({"noul": 3.0}), path)
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["reliability.png"]
