@@ -175,64 +175,65 @@ class Engine:
         }
 
     def _write_one(self, obs: Observation) -> WriteResult:
-        with self._lock:
-            timings: dict[str, float] = {}
-            clock = time.perf_counter()
+        """One write, inside `_write_all`, which holds `self._lock` and the store transaction for the whole batch:
+        the engine lock is not taken again here (it is re-entrant, so taking it was a no-op)."""
+        timings: dict[str, float] = {}
+        clock = time.perf_counter()
 
-            def lap(name: str) -> None:
-                nonlocal clock
-                now = time.perf_counter()
-                timings[name] = (now - clock) * 1000.0
-                clock = now
+        def lap(name: str) -> None:
+            nonlocal clock
+            now = time.perf_counter()
+            timings[name] = (now - clock) * 1000.0
+            clock = now
 
-            node = make_node(obs, seq=self._peek_seq(), config=self.config, known_names=self._names())
-            embedding = self.embedder.embed([node.content])[0]
-            lap("embedding")
-            questions = 0
-            too_long: str | None = None
-            try:
-                types = type_node(self.controller, node.content, self.config, node.speaker)
-                questions += len(types)
-            except InputTooLongError as error:  # the text fits max_memory_chars but not the model: no retry helps
-                log.info("typing state of %s over the controller's input limit: %s", node.id, error)
-                types, too_long = {}, str(error)
-            except (BackendError, ControllerOutputError) as error:
-                log.warning("typing of %s pending: %s", node.id, error)
-                types = {}
-            lap("typing")
-            cands = discover_candidates(self.store, content=node.content, embedding=embedding, entities=node.entities,
-                                        seq=node.seq, config=self.config, speaker=node.speaker)
-            self.last_candidates = cands
-            chain = temporal_chain(self.store, node, self.config)
-            structural = [*chain.add, *entity_edges(self.store, node, self.config), *temporal_edges(node, cands.nodes)]
-            lap("candidates")
-            if types:
-                assessment = assess_pairs(self.controller, node, cands.nodes, self.config)
-            elif too_long is not None:  # its pair states would be longer still
-                assessment = Assessment((), LinkStatus.OVER_BUDGET, (), tuple(c.id for c in cands.nodes), 0, too_long)
-            else:  # the controller just failed: typing and pairs are owed, `relink` runs both
-                assessment = Assessment((), LinkStatus.RELATIONS_PENDING, (), (), 0, "typing failed")
-            questions += assessment.questions
-            status = assessment.status
-            lap("judgment")
-            node = replace(node, types=types, link_status=status)
-            with self.store.transaction():
-                self.store.add_node(node, embedding)
-                for key in chain.remove:
-                    self.store.remove_edge(*key)
-                add_unless_explicit(self.store, structural)
-                inferred = add_unless_explicit(self.store, assessment.edges)
-            self._seq = node.seq + 1
-            lap("apply")
-            if node.speaker:
-                self._names().add(node.speaker)
-            self._writes += 1
-            self._recent.append(node.id)
-            every = self.config.consolidation_every
-            if every and self._writes % every == 0:
-                self._consolidate()
-                lap("consolidation")
-            return WriteResult(node.id, len(cands.nodes), inferred, questions, status, timings, assessment.over_budget)
+        node = make_node(obs, seq=self._peek_seq(), config=self.config, known_names=self._names())
+        embedding = self.embedder.embed([node.content])[0]
+        lap("embedding")
+        questions = 0
+        too_long: str | None = None
+        try:
+            types = type_node(self.controller, node.content, self.config, node.speaker)
+            questions += len(types)
+        except InputTooLongError as error:  # the text fits max_memory_chars but not the model: no retry helps
+            log.info("typing state of %s over the controller's input limit: %s", node.id, error)
+            types, too_long = {}, str(error)
+        except (BackendError, ControllerOutputError) as error:
+            log.warning("typing of %s pending: %s", node.id, error)
+            types = {}
+        lap("typing")
+        cands = discover_candidates(self.store, content=node.content, embedding=embedding, entities=node.entities,
+                                    seq=node.seq, config=self.config, speaker=node.speaker)
+        self.last_candidates = cands
+        chain = temporal_chain(self.store, node, self.config)
+        structural = [*chain.add, *entity_edges(self.store, node, self.config), *temporal_edges(node, cands.nodes)]
+        lap("candidates")
+        if types:
+            assessment = assess_pairs(self.controller, node, cands.nodes, self.config)
+        elif too_long is not None:  # its pair states would be longer still
+            assessment = Assessment((), LinkStatus.OVER_BUDGET, (), tuple(c.id for c in cands.nodes), 0, too_long)
+        else:  # the controller just failed: typing and pairs are owed, `relink` runs both
+            assessment = Assessment((), LinkStatus.RELATIONS_PENDING, (), (), 0, "typing failed")
+        questions += assessment.questions
+        status = assessment.status
+        lap("judgment")
+        node = replace(node, types=types, link_status=status)
+        with self.store.transaction():
+            self.store.add_node(node, embedding)
+            for key in chain.remove:
+                self.store.remove_edge(*key)
+            add_unless_explicit(self.store, structural)
+            inferred = add_unless_explicit(self.store, assessment.edges)
+        self._seq = node.seq + 1
+        lap("apply")
+        if node.speaker:
+            self._names().add(node.speaker)
+        self._writes += 1
+        self._recent.append(node.id)
+        every = self.config.consolidation_every
+        if every and self._writes % every == 0:
+            self._consolidate()
+            lap("consolidation")
+        return WriteResult(node.id, len(cands.nodes), inferred, questions, status, timings, assessment.over_budget)
 
     def write_many(self, observations: Iterable[Observation], *,
                    progress: Callable[[int], None] | None = None) -> list[WriteResult]:
@@ -341,28 +342,17 @@ class Engine:
         with self._lock, self.store.transaction():
             return lifecycle.delete_node(self.store, node_id)
 
-    def relink(self, node_ids: Sequence[str] | None = None) -> RelinkReport:
-        """Re-run judgments for the given nodes, or for every RELATIONS_PENDING and STALE node."""
+    def relink(self, node_ids: Sequence[str] | None = None, *,
+               progress: Callable[[int, int], None] | None = None) -> RelinkReport:
+        """Re-run judgments for the given nodes, or for every RELATIONS_PENDING and STALE node. Each node is committed
+        on its own (`lifecycle.relink_nodes`): after a failure the nodes done keep their new links, the error carries
+        a note saying how many, and running relink again is safe. `progress` gets (nodes done, nodes to do)."""
         with self._lock:
             if node_ids is None:
                 ids = [*self.store.nodes_with_status(LinkStatus.RELATIONS_PENDING), *self.store.nodes_with_status(LinkStatus.STALE)]
             else:
                 ids = [lifecycle.require(self.store, i).id for i in node_ids]
-            statuses: dict[str, LinkStatus] = {}
-            errors: dict[str, str] = {}
-            assessed = written = questions = 0
-            for node_id in dict.fromkeys(ids):
-                node = self.store.get_node(node_id)
-                if node is None:
-                    continue
-                outcome = lifecycle.relink_node(self.store, self.controller, self.embedder, node, self.config)
-                statuses[node_id] = outcome.assessment.status
-                if outcome.assessment.error and outcome.assessment.status == LinkStatus.RELATIONS_PENDING:
-                    errors[node_id] = outcome.assessment.error
-                assessed += outcome.assessment.status == LinkStatus.ASSESSED
-                written += outcome.edges_written
-                questions += outcome.questions
-            return RelinkReport(assessed, written, statuses, questions, errors)
+            return lifecycle.relink_nodes(self.store, self.controller, self.embedder, ids, self.config, progress)
 
     # ------------------------------------------------------------------ bookkeeping
     def stats(self) -> Stats:

@@ -74,6 +74,12 @@ def read_jsonl(path: str | Path) -> Iterator[Observation]:
     UTF-8, with or without a byte order mark; lines are decoded one by one so a bad byte names its line. Line numbers
     are 1-based and count blank lines (a CRLF file numbers as an editor does). A file holding one JSON array is
     refused with a hint: JSONL is one object per line."""
+    for _, obs in read_jsonl_lines(path):
+        yield obs
+
+
+def read_jsonl_lines(path: str | Path) -> Iterator[tuple[int, Observation]]:
+    """`read_jsonl` with the line number of each observation: (line, observation)."""
     first = True  # the first record line, where a JSON array would start
     with Path(path).open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
@@ -94,7 +100,7 @@ def read_jsonl(path: str | Path) -> Iterator[Observation]:
                 raise InvalidObservationError(f"{path}:{number}: not valid JSON ({error.msg} at column {error.colno})") from error
             if not isinstance(record, dict):
                 raise InvalidObservationError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
-            yield observation_from_record(record, where=f"{path}:{number}")
+            yield number, observation_from_record(record, where=f"{path}:{number}")
 
 
 def turn_observation(turn: Turn) -> Observation:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -45,6 +45,7 @@ from memory.errors import (
     NodeNotFoundError,
 )
 from memory.link_rules import check_link, check_link_list
+from memory.results import RelinkReport
 from memory.store.base import Store
 from memory.types import (
     DIRECTED_RELATIONS, RELATIONS, SYMMETRIC_RELATIONS, Edge, EdgeOrigin, LinkStatus, Node, has_visible_text,
@@ -353,3 +354,36 @@ def relink_node(store: Store, controller: Controller, embedder: Embedder, node: 
                 remove_edge(store, edge)
         written = add_unless_explicit(store, assessment.edges)
     return RelinkOutcome(node.id, assessment, written, asked)
+
+
+def relink_nodes(store: Store, controller: Controller, embedder: Embedder, node_ids: Sequence[str], config: EngineConfig,
+                 progress: Callable[[int, int], None] | None = None) -> RelinkReport:
+    """`relink_node` for each of `node_ids` in order (once each; a node deleted meanwhile is skipped), each in its
+    own transaction. A failure is raised with a note saying how many nodes were done (committed) before it. Running
+    it again is safe: a node done is no longer pending or stale, and relinking one again replaces its inferred
+    links (the judged pairs' edges are removed first), never duplicates them. `progress` gets (nodes done, nodes to
+    do), first with none done."""
+    todo = list(dict.fromkeys(node_ids))
+    statuses: dict[str, LinkStatus] = {}
+    errors: dict[str, str] = {}
+    assessed = written = questions = 0
+    if progress is not None:
+        progress(0, len(todo))
+    for done, node_id in enumerate(todo):
+        try:
+            node = store.get_node(node_id)
+            outcome = None if node is None else relink_node(store, controller, embedder, node, config)
+        except BaseException as error:
+            error.add_note(f"relink: {done} of {len(todo)} nodes were relinked (and saved) before this failure")
+            raise
+        if outcome is not None:
+            status = outcome.assessment.status
+            statuses[node_id] = status
+            if outcome.assessment.error and status == LinkStatus.RELATIONS_PENDING:
+                errors[node_id] = outcome.assessment.error
+            assessed += status == LinkStatus.ASSESSED
+            written += outcome.edges_written
+            questions += outcome.questions
+        if progress is not None:
+            progress(done + 1, len(todo))
+    return RelinkReport(assessed, written, statuses, questions, errors)

@@ -1,7 +1,7 @@
 """The `jevmem` command line (also `python -m serving`):
 
     jevmem ingest --db PATH (--jsonl FILE | --locomo FILE [--conversation ID]) [--controller heuristic|local]
-                  [--embedder hashing|minilm|minilm-tuned] [--config PRESET|FILE.json]
+                  [--embedder hashing|minilm|minilm-tuned] [--config PRESET|FILE.json] [--batch-size N] [--skip N]
     jevmem query  --db PATH "text" [--k 10] [--answer] [--json]
     jevmem show   --db PATH NODE_ID
     jevmem relink --db PATH
@@ -19,7 +19,8 @@
 JSONL input: one object per line with `content` (or `text`) and optional `observed_at`, `event_time` (ISO 8601),
 `speaker`, `source_ids`, `entities`, `metadata`. `ingest` checks the whole file first and then writes it all or
 nothing (`Engine.write_many`): after any error the store holds none of the file, so the same command can be run
-again. User errors print one line on stderr and exit with status 2.
+again; `--batch-size N` commits every N records instead, and a failure says how to resume (`--skip`, `cli_ingest`).
+User errors print one line on stderr and exit with status 2.
 """
 
 from __future__ import annotations
@@ -33,13 +34,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass
 from datetime import datetime
 from enum import Enum
-from pathlib import Path
 from typing import Any
 
 from controller.errors import ControllerError
 from memory.errors import MemoryEngineError
-from serving.cli_common import CommandError, UsageError, load_locomo_file
+from serving.cli_common import CommandError, UsageError, checked_db, open_engine, progress_bar
 from serving.cli_eval import add_eval_parser
+from serving.cli_ingest import add_ingest_parser
 
 log = logging.getLogger(__name__)
 
@@ -65,81 +66,7 @@ def _dump(value: Any) -> None:
     print(json.dumps(_jsonable(value), indent=2, ensure_ascii=False))
 
 
-def open_engine(args: argparse.Namespace, *, create: bool = False) -> Any:
-    from memory.engine import Engine
-
-    db = checked_db(args.db)
-    if not create and not db.is_file():
-        raise UsageError(f"no memory store at {db} (create one with `jevmem ingest --db {db} ...`)")
-    from memory.store.sqlite_schema import resolve_embedder
-
-    embedder = resolve_embedder(db, args.embedder)
-    options = {"spinning": False} if args.controller == "local" and args.no_spin else {}
-    return Engine.open(db, controller=args.controller, embedder=embedder, config=_engine_config(args.config), **options)
-
-
-def checked_db(value: str) -> Path:
-    """`--db`: a file path (an empty one would name the current directory)."""
-    if not value.strip():
-        raise UsageError("--db needs a file path (the SQLite memory store)")
-    return Path(value)
-
-
-def _engine_config(value: str | None) -> Any:
-    if value is None:
-        return None
-    from memory.config import EngineConfig
-
-    return EngineConfig.from_json(Path(value)) if value.endswith(".json") else value
-
-
-def _progress(total: int, desc: str) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="obs", disable=not sys.stderr.isatty(), leave=False)
-
-
 # ---------------------------------------------------------------------------------------------- commands
-def cmd_ingest(args: argparse.Namespace) -> int:
-    """Read and check the whole input, then write it in one all-or-nothing batch (`Engine.write_many`): a bad record
-    or a store failure anywhere stores none of the file, so the same command can simply be run again."""
-    checked_db(args.db)
-    source = args.jsonl or args.locomo
-    if Path(source).is_dir():
-        raise UsageError(f"--{'jsonl' if args.jsonl else 'locomo'} {source} is a directory, not a file")
-    if args.jsonl:
-        from memory.ingest import read_jsonl
-
-        if args.conversation:
-            raise UsageError("--conversation goes with --locomo (a JSONL file is one memory)")
-        observations = list(read_jsonl(Path(args.jsonl)))
-        if not observations:
-            raise UsageError(f"{args.jsonl} holds no observations (no store was created or changed)")
-    else:
-        from memory.ingest import locomo_observations
-
-        wanted = (args.conversation,) if args.conversation else None
-        convs = load_locomo_file(args.locomo, conversations=wanted)
-        if not convs:
-            available = ", ".join(c.sample_id for c in load_locomo_file(args.locomo))
-            raise UsageError(f"no conversation {args.conversation!r} in {args.locomo} (available: {available})")
-        if len(convs) > 1:
-            raise UsageError(f"{args.locomo} holds {len(convs)} conversations; pick one with --conversation "
-                             f"({', '.join(c.sample_id for c in convs)}): one memory per conversation")
-        observations = locomo_observations(convs[0])
-    with open_engine(args, create=True) as engine, _progress(len(observations), "ingest (all or nothing)") as bar:
-        try:
-            results = engine.write_many(observations, progress=lambda done: bar.update(done - bar.n))
-        except MemoryEngineError as error:
-            raise CommandError(f"nothing from {source} was stored in {args.db} (the whole file is written or none of it; "
-                               f"fix the cause and run the same command again): {error}") from error
-        pending = sum(r.link_status.value == "relations_pending" for r in results)
-        stats = engine.stats()
-    print(f"ingested {len(observations)} observations into {args.db}: {stats.nodes} nodes, "
-          f"{sum(stats.edges.values())} edges" + (f", {pending} pending relink" if pending else ""))
-    return 0
-
-
 def cmd_query(args: argparse.Namespace) -> int:
     with open_engine(args) as engine:
         result = engine.query(args.text, k=args.k, answer=args.answer)
@@ -187,8 +114,21 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_relink(args: argparse.Namespace) -> int:
-    with open_engine(args) as engine:
-        report = engine.relink()
+    """Each node is committed on its own: a failure says how many were relinked before it (they are kept), and
+    running the command again takes the rest."""
+    done = [0, 0]  # nodes relinked (committed), nodes to relink
+
+    def advance(count: int, total: int) -> None:
+        done[:] = [count, total]
+        bar.total = total
+        bar.update(count - bar.n)
+
+    with open_engine(args) as engine, progress_bar(0, "relink", unit="node") as bar:
+        try:
+            report = engine.relink(progress=advance)
+        except (MemoryEngineError, ControllerError) as error:
+            raise CommandError(f"relinked {done[0]} of {done[1]} nodes before this failure (they are saved; run `jevmem "
+                               f"relink` again for the rest, which is safe): {error}") from error
     print(f"assessed {report.assessed} nodes, wrote {report.edges_written} inferred edges, "
           f"{report.controller_questions} controller questions; {len(report.pending)} still pending")
     for node_id, reason in report.errors.items():
@@ -253,13 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="local controller: onnxruntime threads sleep between calls instead of spinning (measured faster "
                             "in process on 2 cores, where embedding and retrieval share the cores)")
 
-    p = sub.add_parser("ingest", help="write observations into a store")
-    engine_options(p)
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--jsonl", help="one observation per line")
-    source.add_argument("--locomo", help="a LoCoMo JSON file (turns only; never qa / summaries)")
-    p.add_argument("--conversation", help="LoCoMo sample id, e.g. conv-26 (required when the file holds several)")
-    p.set_defaults(func=cmd_ingest)
+    add_ingest_parser(sub, engine_options)
 
     p = sub.add_parser("query", help="retrieve evidence for a query")
     engine_options(p)

@@ -1,8 +1,12 @@
-"""What the `jevmem` command modules share (`serving.cli`, `serving.cli_eval`): the usage error and the checks of
-paths given on the command line, so that a bad one is a one-line error, not a traceback."""
+"""What the `jevmem` command modules share (`serving.cli`, `serving.cli_eval`, `serving.cli_ingest`): the usage
+error, the checks of paths given on the command line (so that a bad one is a one-line error, not a traceback), opening
+the engine over `--db`, and the progress bar."""
 
 from __future__ import annotations
 
+import argparse
+import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -12,6 +16,43 @@ class UsageError(ValueError):
 
 class CommandError(Exception):
     """A command that was carried out and failed for a reason its message gives (and the user can act on)."""
+
+
+def checked_db(value: str) -> Path:
+    """`--db`: a file path (an empty one would name the current directory)."""
+    if not value.strip():
+        raise UsageError("--db needs a file path (the SQLite memory store)")
+    return Path(value)
+
+
+def engine_config(value: str | None) -> Any:
+    """`--config`: a preset name, or a JSON file read into an `EngineConfig`; None for the default."""
+    if value is None:
+        return None
+    from memory.config import EngineConfig
+
+    return EngineConfig.from_json(Path(value)) if value.endswith(".json") else value
+
+
+def open_engine(args: argparse.Namespace, *, create: bool = False, db: Path | None = None) -> Any:
+    """The engine over `args.db` (`db`: that path, already checked with `checked_db`). Without `create`, a store
+    that does not exist yet is a usage error."""
+    from memory.engine import Engine
+    from memory.store.sqlite_schema import resolve_embedder
+
+    db = checked_db(args.db) if db is None else db
+    if not create and not db.is_file():
+        raise UsageError(f"no memory store at {db} (create one with `jevmem ingest --db {db} ...`)")
+    embedder = resolve_embedder(db, args.embedder)
+    options = {"spinning": False} if args.controller == "local" and args.no_spin else {}
+    return Engine.open(db, controller=args.controller, embedder=embedder, config=engine_config(args.config), **options)
+
+
+def progress_bar(total: int, desc: str, *, initial: int = 0, unit: str = "obs") -> Any:
+    """A tqdm bar on stderr when it is a terminal."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, unit=unit, disable=not sys.stderr.isatty(), leave=False)
 
 
 def load_locomo_file(path: str, **options: Any) -> list[Any]:
@@ -32,4 +73,5 @@ def checked_adapter(folder: str) -> str:
     return str(folder)
 
 
-__all__ = ["CommandError", "UsageError", "checked_adapter", "load_locomo_file"]
+__all__ = ["CommandError", "UsageError", "checked_adapter", "checked_db", "engine_config", "load_locomo_file", "open_engine",
+           "progress_bar"]

@@ -14,6 +14,11 @@ A new store is created in an existing directory only (`create_dirs=True` makes t
 directory is an error, not a new empty store. A database of something else (tables, no store settings) is
 refused unchanged.
 
+The class is put together from modules of a few hundred lines each: this one opens the file, runs transactions and
+holds the node rows and retrieval channels; `sqlite_edges.EdgeRows` the edge rows; `sqlite_vectors.VectorSync` the
+faiss index (load or rebuild, sync, save) and the bookkeeping of every vector write (`sqlite_digest`); the SQL lives
+in `sqlite_schema` (rows, settings), `sqlite_queries` (reads) and `sqlite_check` (consistency checks, repairs).
+
 Public methods raise store errors only: a sqlite3 error comes chained in a `StoreDatabaseError` that names the
 operation and the file, a `StoreUnavailableError` when it is operational (locked, disk full, I/O; `sqlite_errors`).
 """
@@ -32,24 +37,21 @@ import numpy as np
 
 from controller.lexical import ANALYZER
 from memory.store import sqlite_check as maintenance
+from memory.store import sqlite_digest as digests
 from memory.store import sqlite_errors
 from memory.store import sqlite_queries as queries
 from memory.store import sqlite_schema as schema
 from memory.store._common import as_embedding, entity_keys, index_text, node_time, time_key
-from memory.store.errors import (
-    DuplicateNodeError,
-    NodeNotFoundError,
-    StoreConfigError,
-    StoreCorruptionError,
-    StoreError,
-)
+from memory.store.errors import DuplicateNodeError, NodeNotFoundError, StoreCorruptionError, StoreError
+from memory.store.sqlite_edges import EdgeRows
+from memory.store.sqlite_vectors import VectorSync
 from memory.store.vectors import VectorIndex
-from memory.types import Edge, EdgeOrigin, LinkStatus, Node
+from memory.types import LinkStatus, Node
 
 logger = logging.getLogger(__name__)
 
 
-class SQLiteStore:
+class SQLiteStore(EdgeRows, VectorSync):
     """A persistent `Store` in one SQLite file (plus `<file>.faiss` when `persist_vectors`)."""
 
     def __init__(
@@ -95,6 +97,7 @@ class SQLiteStore:
                 schema.create(self._conn)
                 self.embedder = schema.check_meta(self._conn, self.path, dim, embedder)
                 self._reindex_if_analyzer_changed()
+                digests.ensure(self._conn, self.path)
             self._store_id = schema.store_id(self._conn)
             self._vectors = VectorIndex(dim, threads=search_threads)
             self._load_or_rebuild_vectors()
@@ -106,38 +109,6 @@ class SQLiteStore:
             raise
 
     # ------------------------------------------------------------------ opening
-    def _generation(self) -> int:
-        return schema.vector_generation(self._conn)
-
-    def _load_or_rebuild_vectors(self) -> None:
-        generation, count = self._generation(), self.count_nodes()
-        if self._persist_vectors and self._vectors.load(self.vectors_path, generation=generation, count=count,
-                                                        store_id=self._store_id):
-            self._indexed_generation = generation
-            return
-        if self._persist_vectors and self.vectors_path.exists():
-            logger.warning("vector index %s is out of date or not this store's; rebuilding it from %s",
-                           self.vectors_path, self.path)
-        elif self._persist_vectors and count:
-            logger.info("vector index %s is missing; rebuilding it from %s", self.vectors_path, self.path)
-        self.rebuild_vectors()
-
-    def _sync_vectors(self) -> None:
-        """Outside a transaction of this object's: rebuild the index when another connection (another process)
-        changed a vector since it was built, so a search never misses, or finds deleted, nodes."""
-        if self._depth or getattr(self, "_vectors", None) is None:
-            return
-        generation = self._generation()
-        if generation == self._indexed_generation:
-            return
-        stored = schema.recorded_embedder(self._conn)
-        if self.embedder is not None and stored != self.embedder:  # `jevmem reembed` ran elsewhere
-            raise StoreConfigError(f"store {self.path} was re-embedded with {stored!r} by another process while open "
-                                   f"here with {self.embedder!r}; reopen it", self.embedder, stored)
-        logger.info("store %s: vectors changed elsewhere (generation %d, index %d); rebuilding the vector index",
-                    self.path, generation, self._indexed_generation)
-        self.rebuild_vectors()
-
     def _reindex_if_analyzer_changed(self) -> None:
         """A store whose lexical index was built with other index terms (`controller.lexical.ANALYZER`; a store
         written before the terms were stemmed records none) gets its FTS rows rebuilt from `nodes`, once."""
@@ -232,11 +203,6 @@ class SQLiteStore:
         with self._transaction(operation), sqlite_errors.translated(operation, self.path):
             yield
 
-    def _bump_generation(self) -> None:
-        """Record (inside the open transaction) that this write changed a vector."""
-        schema.bump_vector_generation(self._conn)
-        self._pending_bumps += 1
-
     def _seq_of(self, node_id: str) -> int | None:
         return queries.seq_of(self._conn, node_id)
 
@@ -258,13 +224,11 @@ class SQLiteStore:
                 raise DuplicateNodeError(node.id)
             if self._conn.execute("SELECT 1 FROM nodes WHERE seq = ?", (node.seq,)).fetchone():
                 raise DuplicateNodeError(node.seq, "seq")
-            self._conn.execute(
-                f"INSERT INTO nodes ({schema.NODE_COLUMNS}, embedding) VALUES ({', '.join('?' * 15)})",
-                schema.node_row(node, vec),
-            )
+            row = schema.node_row(node, vec)
+            self._conn.execute(f"INSERT INTO nodes ({schema.NODE_COLUMNS}, embedding) VALUES ({', '.join('?' * 15)})", row)
             self._index(node)
             self._vectors.add(node.seq, vec)
-            self._bump_generation()
+            self._vector_changed(node.seq, None, row[-1])
 
     def get_node(self, node_id: str) -> Node | None:
         with self._reading("get_node"):
@@ -286,6 +250,7 @@ class SQLiteStore:
             columns = schema.NODE_COLUMNS.split(", ")[2:] + (["embedding"] if vec is not None else [])
             values = list(row[2 : 2 + len(columns)])
             sets = ", ".join(f"{c} = ?" for c in columns)
+            old = self._stored_blob(seq) if vec is not None else None
             self._conn.execute(f"UPDATE nodes SET {sets} WHERE id = ?", (*values, node.id))
             self._conn.execute("DELETE FROM nodes_fts WHERE rowid = ?", (seq,))
             self._conn.execute("DELETE FROM node_entities WHERE node_id = ?", (node.id,))
@@ -293,17 +258,18 @@ class SQLiteStore:
             self._index(node)
             if vec is not None:
                 self._vectors.add(seq, vec)
-                self._bump_generation()
+                self._vector_changed(seq, old, row[-1])
 
     def delete_node(self, node_id: str) -> bool:
         with self._writing("delete_node"):
             seq = self._seq_of(node_id)
             if seq is None:
                 return False
+            old = self._stored_blob(seq)
             self._conn.execute("DELETE FROM nodes WHERE seq = ?", (seq,))  # edges and entities cascade
             self._conn.execute("DELETE FROM nodes_fts WHERE rowid = ?", (seq,))
             self._vectors.remove(seq)
-            self._bump_generation()
+            self._vector_changed(seq, old, None)
             return True
 
     def iter_nodes(self) -> Iterator[Node]:
@@ -331,51 +297,6 @@ class SQLiteStore:
     def nodes_with_status(self, status: LinkStatus) -> list[str]:
         with self._reading("nodes_with_status"):
             return queries.with_status(self._conn, LinkStatus(status).value)
-
-    # ------------------------------------------------------------------ edges
-    def add_edge(self, edge: Edge) -> None:
-        """Insert or replace the edge (src, dst, relation)."""
-        with self._writing("add_edge"):
-            for end in (edge.src, edge.dst):
-                if self._seq_of(end) is None:
-                    raise NodeNotFoundError(end)
-            self._conn.execute(
-                f"INSERT OR REPLACE INTO edges ({schema.EDGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                schema.edge_row(edge),
-            )
-
-    def remove_edge(self, src: str, dst: str, relation: str) -> bool:
-        with self._writing("remove_edge"):
-            sql = "DELETE FROM edges WHERE src = ? AND dst = ? AND relation = ?"
-            cur = self._conn.execute(sql, (src, dst, relation))
-            return cur.rowcount > 0
-
-    def edges_from(self, node_id: str, relations: Sequence[str] | None = None) -> list[Edge]:
-        """Outgoing edges ordered by (dst, relation)."""
-        with self._reading("edges_from"):
-            return queries.edges(self._conn, "src", node_id, relations, "dst, relation")
-
-    def edges_to(self, node_id: str, relations: Sequence[str] | None = None) -> list[Edge]:
-        """Incoming edges (backlinks) ordered by (src, relation)."""
-        with self._reading("edges_to"):
-            return queries.edges(self._conn, "dst", node_id, relations, "src, relation")
-
-    def edges_touching(self, node_ids: Sequence[str], relations: Sequence[str] | None = None) -> list[Edge]:
-        """Every edge with its src or dst among `node_ids`, once, ordered by (src, dst, relation): one query per
-        end and page of ids instead of one per node."""
-        with self._reading("edges_touching"):
-            return queries.edges_touching(self._conn, node_ids, relations)
-
-    def remove_edges(self, node_id: str, origin: EdgeOrigin) -> int:
-        """Remove the edges of `origin` touching `node_id` in either direction; returns how many."""
-        with self._writing("remove_edges"):
-            sql = "DELETE FROM edges WHERE (src = ? OR dst = ?) AND origin = ?"
-            cur = self._conn.execute(sql, (node_id, node_id, EdgeOrigin(origin).value))
-            return cur.rowcount
-
-    def count_edges(self) -> dict[str, int]:
-        with self._reading("count_edges"):
-            return queries.edge_counts(self._conn)
 
     # ------------------------------------------------------------------ retrieval channels
     def vector_search(self, query: np.ndarray, k: int) -> list[tuple[str, float]]:
@@ -418,38 +339,6 @@ class SQLiteStore:
             self._sync_vectors()  # an index behind another connection's writes is out of date, not inconsistent
             return maintenance.find_problems(self._conn, self.dim, getattr(self, "_vectors", None))
 
-    def rebuild_vectors(self) -> None:
-        """Rebuild the faiss index from the embedding BLOBs in SQLite."""
-        with self._reading("rebuild_vectors"):
-            # read before the rows: a write elsewhere in between leaves the index marked older than it is (safe)
-            generation = self._generation() - self._pending_bumps
-            pages = maintenance.pages(self._conn, "SELECT seq, embedding FROM nodes")
-            rows = [r for page in pages for r in page if len(r[1]) == 4 * self.dim]  # check() reports the others
-            matrix = np.zeros((len(rows), self.dim), np.float32)
-            for i, (_, blob) in enumerate(rows):
-                matrix[i] = schema.blob_vector(blob, self.dim)
-            self._vectors.reset(np.array([r[0] for r in rows], dtype=np.int64), matrix)
-            self._indexed_generation = generation
-
-    def replace_embeddings(self, seqs: Sequence[int], matrix: np.ndarray, embedder: str) -> None:
-        """Store `matrix[i]` as node `seqs[i]`'s embedding for every node, record `embedder` as the store's
-        embedder and rebuild the faiss index: one transaction, so a crash leaves the old vectors and name.
-        `seqs` must cover every node (a store never mixes two embedders' vectors)."""
-        vectors = np.stack([as_embedding(v, self.dim) for v in matrix]) if len(matrix) else np.zeros((0, self.dim), np.float32)
-        with self._lock:  # no search sees the new rows with the old index
-            with self._writing("replace_embeddings"):
-                stored = {int(r[0]) for page in maintenance.pages(self._conn, "SELECT seq FROM nodes") for r in page}
-                if stored != {int(s) for s in seqs} or len(seqs) != len(vectors):
-                    raise StoreError(f"replace_embeddings needs one vector per node: {len(stored)} nodes, "
-                                     f"{len(set(seqs))} seqs, {len(vectors)} vectors")
-                self._conn.executemany("UPDATE nodes SET embedding = ? WHERE seq = ?",
-                                       ((v.tobytes(), int(s)) for s, v in zip(seqs, vectors, strict=True)))
-                schema.set_embedder(self._conn, embedder)
-                self._bump_generation()
-            self.embedder = embedder
-            self._indexed_generation = -1  # the index holds the old vectors until this rebuild: if it fails, the
-            self.rebuild_vectors()  # next search or write rebuilds, and close does not save the old ones
-
     def close(self) -> None:
         """Save the vector index (when persisted) and close the connection. Safe to call twice.
 
@@ -470,14 +359,6 @@ class SQLiteStore:
                                     "(generation %d, index %d)", self.vectors_path, generation, self._indexed_generation)
             finally:
                 self._conn.close()
-
-    def _save_vectors(self, generation: int) -> None:
-        """The faiss file is derived data: when it cannot be written (disk full, read-only directory) the database is
-        still whole, and the next open rebuilds the index from it, so a failure is logged and not raised."""
-        try:
-            self._vectors.save(self.vectors_path, generation, self._store_id)
-        except (OSError, RuntimeError) as error:  # faiss reports I/O failures as RuntimeError
-            logger.warning("could not save the vector index %s (%s); the next open rebuilds it", self.vectors_path, error)
 
     def __enter__(self) -> SQLiteStore:
         return self

@@ -5,7 +5,9 @@ Each problem is a string prefixed by the part it concerns ("fts:", "vectors:", "
 entities cannot be read) cannot be derived again.
 
 The vector index is compared by ids, and by content on a sample (`VECTOR_SAMPLE` vectors spread over the seqs):
-a full comparison would read every BLOB on every open, which is what loading a saved index saves.
+a full comparison would read every BLOB on every open, which is what loading a saved index saves. A saved index is
+checked whole before this runs: its file's checksum and the digest of the vectors it was built from
+(`vectors.VectorIndex.load`, `sqlite_digest`) catch a changed vector the sample does not hold.
 """
 
 from __future__ import annotations

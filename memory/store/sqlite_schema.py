@@ -9,11 +9,11 @@ store indexed otherwise (or before it was recorded) rebuilds the FTS rows.
 when the stored texts carry different UTC offsets), indexed by (kind, time, seq) for `nearest_in_time`. A store
 written before the table existed has it empty; `check()` reports that ("times:") and opening fills it.
 
-`meta` holds the settings (schema version, dim, embedder, analyzer), the vector generation and `store_id`, a
-random id given to the store when it is created: a saved faiss index records it, so an index copied from another
-store is never loaded. A database that holds tables but no `meta.schema_version` is not a store, and is refused
-before anything is written to it. A row that cannot be decoded raises `UnreadableRowError` (the store raises it as
-a `StoreDatabaseError`).
+`meta` holds the settings (schema version, dim, embedder, analyzer), the vector generation, the digest of the
+stored vectors (`sqlite_digest`) and `store_id`, a random id given to the store when it is created: a saved faiss
+index records it, so an index copied from another store is never loaded. A database that holds tables but no
+`meta.schema_version` is not a store, and is refused before anything is written to it. A row that cannot be decoded
+raises `UnreadableRowError` (the store raises it as a `StoreDatabaseError`).
 """
 
 from __future__ import annotations
@@ -221,6 +221,15 @@ def vector_generation(conn: sqlite3.Connection) -> int:
 
 def bump_vector_generation(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'vector_generation'")
+
+
+def vector_digest(conn: sqlite3.Connection) -> str | None:
+    """The recorded digest of the stored vectors, tagged with its generation (`sqlite_digest`); None before one was."""
+    return _meta(conn, "vector_digest")
+
+
+def set_vector_digest(conn: sqlite3.Connection, value: str) -> None:
+    _set_meta(conn, "vector_digest", value)
 
 
 def _json(value: Any) -> str:

@@ -1,9 +1,13 @@
 """A faiss exact inner-product index over unit vectors, keyed by node seq, with an undo log.
 
 SQLite's embedding BLOBs are the source of truth; this index is derived state. It can be saved next to the
-database together with a small JSON header (count, dim, the store's vector generation and id, a checksum of the
-ids) and is rebuilt whenever the header does not match the database, or the index is not an inner-product flat
-index. (The store also compares a sample of the loaded vectors with its BLOBs: `sqlite_check.vector_drift`.)
+database together with a small JSON header (count, dim, the store's vector generation and id, the digest of the
+database's vectors it was built from (`sqlite_digest`), a checksum of the ids and the SHA-256 of the index file's
+bytes) and is rebuilt whenever the header does not match the database or the file, or the index is not an
+inner-product flat index. The file's checksum makes damage to any one vector visible for the cost of reading the
+file once (it is read into memory, checked, then parsed: the bytes checked are the bytes loaded). A header saved
+before the checksums were recorded does not match, so such an index is rebuilt once and saved with them. (The
+store also compares a sample of the loaded vectors with its BLOBs: `sqlite_check.vector_drift`.)
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ class VectorIndex:
         self.threads = threads
         self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
         self._undo: list[tuple[str, int, np.ndarray | None]] | None = None
+        self.refusal = ""  # why the last `load` returned False
 
     # ---------------------------------------------------------------- undo log (one open transaction)
     def begin(self) -> None:
@@ -133,15 +138,16 @@ class VectorIndex:
         return sorted(hits, key=lambda h: (-h[1], h[0]))[:k]
 
     # ---------------------------------------------------------------- persistence
-    def save(self, path: Path, generation: int, store_id: str = "") -> None:
-        """Write the index and its header atomically (temp file + rename)."""
+    def save(self, path: Path, generation: int, store_id: str = "", vectors_digest: str = "") -> None:
+        """Write the index and its header atomically (temp file + rename). `vectors_digest` is the digest of the
+        database's vectors this index holds."""
         faiss = _faiss()
         tmp = path.with_name(path.name + ".tmp")
-        header = {"count": len(self), "dim": self.dim, "generation": generation, "store": store_id,
-                  "ids": ids_checksum(self.ids())}
         header_tmp = _header_path(path).with_name(_header_path(path).name + ".tmp")
         try:
             faiss.write_index(self._index, str(tmp))
+            header = {"count": len(self), "dim": self.dim, "generation": generation, "store": store_id,
+                      "vectors": vectors_digest, "ids": ids_checksum(self.ids()), "sha256": _file_sha256(tmp)}
             header_tmp.write_text(json.dumps(header), encoding="utf-8")
             os.replace(tmp, path)
             os.replace(header_tmp, _header_path(path))
@@ -149,11 +155,14 @@ class VectorIndex:
             for leftover in (tmp, header_tmp):
                 leftover.unlink(missing_ok=True)
 
-    def load(self, path: Path, *, generation: int, count: int, store_id: str = "") -> bool:
-        """Load a saved index if its header matches the database (and `store_id`, the store that saved it); False
-        (and nothing loaded) otherwise."""
+    def load(self, path: Path, *, generation: int, count: int, store_id: str = "", vectors_digest: str = "") -> bool:
+        """Load a saved index if its header matches the database (and `store_id`, the store that saved it, and
+        `vectors_digest`, the digest of the database's vectors) and the file's bytes match the header's checksum;
+        False (and nothing loaded, `refusal` saying why) otherwise."""
+        self.refusal = ""
         header_path = _header_path(path)
         if not path.exists() or not header_path.exists():
+            self.refusal = "no saved index"
             return False
         faiss = _faiss()
         try:
@@ -162,8 +171,19 @@ class VectorIndex:
                 raise ValueError(f"its header is a JSON {type(header).__name__}, not an object")
             expected = (self.dim, generation, count, store_id)
             if (header.get("dim"), header.get("generation"), header.get("count"), header.get("store")) != expected:
+                self.refusal = "its header does not match the database or is another store's"
                 return False
-            index = faiss.read_index(str(path))
+            if "sha256" not in header or "vectors" not in header:
+                self.refusal = "it was saved before index checksums were recorded"
+                return False
+            if header["vectors"] != vectors_digest:
+                self.refusal = "it was built from other vectors than the database holds"
+                return False
+            data = path.read_bytes()
+            if hashlib.sha256(data).hexdigest() != header["sha256"]:
+                self.refusal = "its bytes do not match the checksum in its header (the file is damaged)"
+                return False
+            index = faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8))
             if not isinstance(index, faiss.IndexIDMap2):
                 raise ValueError(f"it holds a {type(index).__name__}, not an IndexIDMap2")
             inner = faiss.downcast_index(index.index)
@@ -171,12 +191,22 @@ class VectorIndex:
                 raise ValueError(f"it maps ids to a {type(inner).__name__}, not an inner-product IndexFlatIP")
         except (OSError, ValueError, RuntimeError) as exc:
             logger.warning("ignoring unreadable vector index %s: %s", path, exc)
+            self.refusal = f"it cannot be read ({exc})"
             return False
         previous, self._index = self._index, index
         if index.ntotal != count or index.d != self.dim or ids_checksum(self.ids()) != header.get("ids"):
             self._index = previous
+            self.refusal = "its vectors do not match its header"
             return False
         return True
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _header_path(path: Path) -> Path:
