@@ -77,6 +77,7 @@ class SQLiteStore(EdgeRows, VectorSync):
         self._depth = 0
         self._closed = False
         self._indexed_generation = -1  # the vector generation the faiss index reflects (set when it is built)
+        self._file_generation = -1  # the vector generation the saved index file holds (set on load and save)
         self._pending_bumps = 0  # generation bumps of the open transaction, counted on commit
         parent = self.path.parent
         if not create_dirs and not parent.exists():
@@ -344,6 +345,7 @@ class SQLiteStore(EdgeRows, VectorSync):
 
         The index is saved only when it reflects the database's current generation: after another process wrote,
         this object's index is older, and the file that process saved (or a rebuild on the next open) is right.
+        It is not saved again when the file it was loaded from (or last saved to) already holds that generation.
         """
         with self._reading("close"):
             if self._closed:
@@ -352,7 +354,9 @@ class SQLiteStore(EdgeRows, VectorSync):
             try:
                 if self._persist_vectors and hasattr(self, "_vectors"):
                     generation = self._generation()
-                    if generation == self._indexed_generation:
+                    if generation == self._indexed_generation == self._file_generation and self.vectors_path.exists():
+                        pass  # the file already holds this index (a read-only session): no rewrite, no re-hash
+                    elif generation == self._indexed_generation:
                         self._save_vectors(generation)
                     else:
                         logger.info("not saving %s: the store changed elsewhere since this index was built "

@@ -41,6 +41,7 @@ class VectorSync:
     _persist_vectors: bool
     _depth: int
     _indexed_generation: int  # the vector generation the faiss index reflects (set when it is built)
+    _file_generation: int  # the vector generation the saved index file holds (set on load and save)
     _pending_bumps: int  # generation bumps of the open transaction, counted on commit
 
     if TYPE_CHECKING:  # provided by SQLiteStore
@@ -57,7 +58,7 @@ class VectorSync:
         if self._persist_vectors and self._vectors.load(self.vectors_path, generation=generation, count=count,
                                                         store_id=self._store_id,
                                                         vectors_digest="" if recorded is None else str(recorded)):
-            self._indexed_generation = generation
+            self._indexed_generation = self._file_generation = generation
             return
         if self._persist_vectors and self.vectors_path.exists():
             upgrade = self._vectors.refusal.startswith("it was saved before")
@@ -138,5 +139,6 @@ class VectorSync:
         recorded = digests.current(self._conn)
         try:
             self._vectors.save(self.vectors_path, generation, self._store_id, "" if recorded is None else str(recorded))
+            self._file_generation = generation
         except (OSError, RuntimeError) as error:  # faiss reports I/O failures as RuntimeError
             logger.warning("could not save the vector index %s (%s); the next open rebuilds it", self.vectors_path, error)

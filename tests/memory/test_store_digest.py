@@ -162,3 +162,24 @@ def test_a_digest_left_behind_by_a_writer_that_did_not_keep_it_is_computed_again
     with SQLiteStore(path, dim=DIM) as store:
         assert digests.current(store._conn) == digests.computed(store._conn)
         assert np.allclose(store._vectors.get(HIDDEN), normalised(vectors[0]), atol=1e-6)  # type: ignore[arg-type]
+
+
+def test_a_session_that_changes_no_vector_leaves_the_saved_index_file_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Closing after reads only (a `jevmem query`) must not rewrite and re-hash the index; after a write it must."""
+    path = tmp_path / "m.db"
+    vectors = _fill(path)
+    index_file = _faiss_files(path)[0]
+    before = index_file.stat().st_mtime_ns, index_file.read_bytes()
+    saves: list[int] = []
+    real_save = VectorIndex.save
+    monkeypatch.setattr(VectorIndex, "save", lambda self, *a, **k: (saves.append(1), real_save(self, *a, **k))[1])
+    with SQLiteStore(path, dim=DIM) as store:
+        assert store.vector_search(normalised(vectors[3]), 5)[0][0] == "n3"
+        assert store.get_node("n3") is not None
+    assert saves == [] and (index_file.stat().st_mtime_ns, index_file.read_bytes()) == before
+    with SQLiteStore(path, dim=DIM) as store:
+        with store.transaction():
+            store.add_node(make_node("extra", N, "one more"), _vectors(1, seed=9)[0])
+    assert saves == [1] and index_file.read_bytes() != before[1]
+    with SQLiteStore(path, dim=DIM) as store:  # the file it saved loads without a rebuild
+        assert store._file_generation == store._indexed_generation
