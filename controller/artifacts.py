@@ -129,6 +129,7 @@ def save_artifact(
         with atomic_directory(out / "adapter") as adapter, quiet_peft():
             model.bert.save_pretrained(str(adapter))
             canonical_adapter_config(adapter / "adapter_config.json")
+            (adapter / "README.md").unlink(missing_ok=True)  # peft's template card: MODEL_CARD.md is the artifact's
         config["encoder"] = {"kind": "lora", "path": "adapter"}
         config["base_model"] = {"id": BASE_MODEL_ID, "file": BASE_WEIGHTS, "sha256": file_sha256(base / BASE_WEIGHTS)}
     else:
@@ -189,12 +190,14 @@ def file_sha256(path: str | Path) -> str:
         return _SHA_CACHE[key]
 
 
-def load_artifact(model_dir: str | Path, *, base_path: str | Path | None = None, allow_uncalibrated: bool = False) -> LoadedModel:
+def load_artifact(model_dir: str | Path, *, base_path: str | Path | None = None, allow_uncalibrated: bool = False,
+                  states: StateConventions | None = None) -> LoadedModel:
     """Load a model directory: base encoder (+ merged adapter) + heads + calibration for this hash.
 
     A directory without calibration.json is refused (`ArtifactError`): it would serve raw probabilities as if
     calibrated. `allow_uncalibrated=True` loads it with the identity calibration instead, for the code that
-    fits the calibration (it needs the model before the file exists)."""
+    fits the calibration (it needs the model before the file exists). `states` overrides the directory's own
+    `states.json`: a specialist is rendered with its parent's conventions (`controller.specialists`)."""
     root = Path(model_dir)
     try:
         config = json.loads((root / "config.json").read_text(encoding="utf-8"))
@@ -240,7 +243,7 @@ def load_artifact(model_dir: str | Path, *, base_path: str | Path | None = None,
         raise
     except Exception as error:  # safetensors, peft and torch raise their own types for corrupt files
         raise ArtifactError(f"cannot load the model in {root}: {error}") from error
-    states = read_states(root)
+    states = read_states(root) if states is None else states
     if cal_path.exists():
         calibration = load_calibration(cal_path, digest, states)
     else:

@@ -148,15 +148,16 @@ def identity(model_hash: str | None = None) -> Calibration:
     return Calibration({}, model_hash)
 
 
-def save_calibration(calibration: Calibration, path: str | Path) -> None:
+def save_calibration(calibration: Calibration, path: str | Path, *, states: StateConventions | None = None) -> None:
     """Write calibration.json (atomically). A fitted calibration (any temperature, bias or shift) also records,
-    as `states`, the state conventions of the directory it is written into (its `states.json`, the defaults
-    without one): it was fitted on states rendered that way, so write `states.json` first. An identity map
-    depends on no rendering and records none."""
+    as `states`, the state conventions it was fitted under: `states`, else those of the directory it is written
+    into (its `states.json`, the defaults without one), so write `states.json` first. A specialist is rendered
+    with its parent directory's conventions, so its calibration is given those. An identity map depends on no
+    rendering and records none."""
     target = Path(path)
     data = calibration.to_json()
     if calibration.temperatures or calibration.family_temperatures or calibration.family_biases or calibration.prior_shifts:
-        data["states"] = asdict(read_states(target.parent))
+        data["states"] = asdict(states if states is not None else read_states(target.parent))
     write_json_atomic(target, data, sort_keys=False)
 
 

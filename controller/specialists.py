@@ -27,6 +27,7 @@ from controller.artifacts import LoadedModel, artifact_hash, load_artifact
 from controller.errors import ArtifactError
 from controller.families import FAMILIES, calibration_key
 from controller.files import write_json_atomic
+from controller.states import read_states
 
 FORMAT = "jevmem-specialists/1"
 INDEX = "specialists.json"
@@ -61,6 +62,7 @@ def load_specialists(model_dir: str | Path, *, base_path: str | Path | None = No
     """Every specialist of `model_dir`, loaded and checked against its recorded hash (`allow_uncalibrated`: as
     for `load_artifact`, for the stage that fits their calibrations)."""
     root = Path(model_dir)
+    states = read_states(root)  # a specialist is rendered as its parent directory says
     loaded: dict[str, LoadedModel] = {}
     for family, entry in read_index(root).items():
         sub = root / entry["path"]
@@ -69,7 +71,7 @@ def load_specialists(model_dir: str | Path, *, base_path: str | Path | None = No
         digest = artifact_hash(sub)
         if digest != entry["artifact_hash"]:
             raise ArtifactError(f"{sub} has hash {digest[:12]}..., but {root / INDEX} records {entry['artifact_hash'][:12]}...")
-        loaded[family] = load_artifact(sub, base_path=base_path, allow_uncalibrated=allow_uncalibrated)
+        loaded[family] = load_artifact(sub, base_path=base_path, allow_uncalibrated=allow_uncalibrated, states=states)
     return loaded
 
 

@@ -147,6 +147,7 @@ def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
 
     from controller.calibration import save_calibration
     from controller.specialists import read_index
+    from controller.states import read_states
     from training.calibrate import calibrate_predictions
     from training.predict import predict
     from training.sampling import cap_states, prepare_requests
@@ -178,7 +179,8 @@ def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
             requests, own = split_requests(requests, family)
             run = predict(sub.model, own, progress=cfg.progress, desc=f"calibrate ({family})")
             result = fit(run.predictions, sub.model_hash)
-            save_calibration(result.calibration, stage / index[family]["path"] / "calibration.json")
+            save_calibration(result.calibration, stage / index[family]["path"] / "calibration.json",
+                             states=read_states(stage))  # rendered with the parent's conventions
             summary[f"specialist:{family}"] = {"examples": len(run.predictions), "nll_before": result.nll_before,
                                                "nll_after": result.nll_after, "predict_seconds": round(run.seconds, 2),
                                                **_shifts(result.calibration)}

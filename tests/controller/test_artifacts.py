@@ -275,4 +275,4 @@ def test_the_committed_model_still_loads_its_calibration_and_keeps_its_hashes() 
     (entry,) = read_index(DEFAULT_MODEL_DIR).values()
     sub = DEFAULT_MODEL_DIR / entry["path"]
     assert artifact_hash(sub) == entry["artifact_hash"] and entry["artifact_hash"].startswith("28d846f4")
-    load_calibration(sub / "calibration.json", entry["artifact_hash"], read_states(sub))
+    load_calibration(sub / "calibration.json", entry["artifact_hash"], read_states(DEFAULT_MODEL_DIR))  # its parent's conventions

@@ -149,3 +149,13 @@ def test_temporaries_a_killed_process_leaves_are_outside_the_hash(tiny_artifact:
     (root / "adapter.0123abcd.tmp").mkdir()
     (root / "adapter.0123abcd.tmp" / "adapter_model.safetensors").write_bytes(b"cut")
     assert artifact_hash(root) == before and load_artifact(root).model_hash == before
+
+
+def test_a_saved_adapter_holds_only_the_artifact_files(tiny_base_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """peft writes a template README.md beside the adapter; the model card is MODEL_CARD.md, so none is left."""
+    from controller.artifacts import ArtifactMeta, add_lora, save_artifact
+    from controller.torch_model import PackedCrossEncoder
+
+    model = add_lora(PackedCrossEncoder.from_base(tiny_base_dir, seed=0))
+    save_artifact(model, tmp_path / "m", ArtifactMeta(name="tiny", version="0.0.1"), base_path=tiny_base_dir)
+    assert sorted(p.name for p in (tmp_path / "m" / "adapter").iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]

@@ -160,3 +160,24 @@ def test_a_paraphrased_relevance_question_reaches_the_specialist(with_specialist
     paraphrase = _request(RELEVANCE_STATE, {"q": {"type": "noul", "instructions": "Would state.memory help someone answer state.query?"}})
     assert _same(_probs(combined, [paraphrase]), _probs(special, [paraphrase]))
     assert not _same(_probs(combined, [paraphrase]), _probs(main, [paraphrase]))
+
+
+def test_a_specialist_calibration_is_checked_against_its_parents_state_conventions(with_specialist: Path) -> None:
+    """A specialist has no states.json of its own: the engine renders its states as the parent directory says, so
+    its calibration records and is checked against the parent's conventions."""
+    from controller.artifacts import artifact_hash
+    from controller.calibration import Calibration, save_calibration
+    from controller.errors import CalibrationMismatchError
+    from controller.specialists import load_specialists
+    from controller.states import StateConventions, read_states, write_states
+
+    sub = with_specialist / "specialists" / "relevance"
+    write_states(with_specialist, StateConventions(relevance_dated=True))
+    save_calibration(Calibration({"noul": 2.0}, artifact_hash(sub)), sub / "calibration.json", states=read_states(with_specialist))
+    assert json.loads((sub / "calibration.json").read_text())["states"]["relevance_dated"] is True
+    assert not (sub / "states.json").exists()
+    loaded = load_specialists(with_specialist)["relevance"]
+    assert loaded.calibration.temperatures == {"noul": 2.0} and loaded.states == StateConventions(relevance_dated=True)
+    write_states(with_specialist, StateConventions())
+    with pytest.raises(CalibrationMismatchError, match="states.json"):
+        load_specialists(with_specialist)
