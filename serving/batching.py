@@ -21,7 +21,10 @@ Failure modes never hang: a full queue raises `OverloadedError` (429) at once, a
 deadline raises `RequestTimeoutError` (503) and is dropped from the queue, a closed batcher raises
 `NotReadyError` (503), and a backend fault that cannot be handed to a request as is (a StopIteration, a
 malformed result) fails that batch with `BackendError` (500) instead of ending the worker. A request-level error inside a batch (too long, unsupported) does not fail its
-neighbours: the batch is retried one request at a time so each gets its own result or error.
+neighbours: the batch is retried one request at a time so each gets its own result or error; that retry skips
+the requests whose caller has gone (timed out, disconnected), so a failing batch path cannot hold the forward
+thread for one call per abandoned request. On close, the requests of a forward pass still running get their 503
+at once, and the event loop is not blocked while that pass ends.
 """
 
 from __future__ import annotations
@@ -102,6 +105,12 @@ class _Job:
     future: asyncio.Future[BackendResult]
     deadline: float
     enqueued: float = field(default_factory=time.monotonic)
+    # Set on the event loop when the caller stops waiting; read by the forward thread (a plain bool: no lock needed).
+    abandoned: bool = False
+
+    def wanted(self) -> bool:
+        """Whether an answer can still reach its caller (safe to call from the forward thread)."""
+        return not self.abandoned and time.monotonic() < self.deadline
 
 
 class Batcher:
@@ -167,8 +176,9 @@ class Batcher:
                 pass
             self._worker = None
         if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+            # A forward pass may still be running: wait for it off the loop, so its callers' 503s go out now.
+            executor, self._executor = self._executor, None
+            await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
         self.metrics.queue_depth.set(0)
 
     @property
@@ -212,6 +222,7 @@ class Batcher:
             ) from error
         finally:
             if not job.future.done():  # timed out or the client went away: the worker skips it
+                job.abandoned = True
                 job.future.cancel()
                 self._discard(job)
 
@@ -246,7 +257,7 @@ class Batcher:
             self._idle.clear()
             try:
                 started = time.monotonic()
-                outcomes = await loop.run_in_executor(self._executor, self._answer, [j.request for j in batch])
+                outcomes = await loop.run_in_executor(self._executor, self._answer, batch)
                 elapsed = time.monotonic() - started
                 cost = elapsed / len(batch)
                 self.per_request_s = cost if self.per_request_s is None else (1 - _EWMA) * self.per_request_s + _EWMA * cost
@@ -325,8 +336,9 @@ class Batcher:
             if not self._queue:
                 return
 
-    def _answer(self, requests: Sequence[BackendRequest]) -> list[BackendResult | BaseException]:
+    def _answer(self, jobs: Sequence[_Job]) -> list[BackendResult | BaseException]:
         """Runs in the forward thread. Request-level errors are isolated by answering one at a time."""
+        requests = [job.request for job in jobs]
         try:
             return _checked(self.backend.answer(requests), len(requests))
         except InvalidRequestError as error:
@@ -339,9 +351,12 @@ class Batcher:
                 return [error]
             log.warning("batch of %d failed (%s); answering its requests one by one", len(requests), type(error).__name__)
         outcomes: list[BackendResult | BaseException] = []
-        for request in requests:
+        for job in jobs:
+            if not job.wanted():  # nobody waits for it: no forward pass for it either
+                outcomes.append(RequestTimeoutError("the server cannot answer within its deadline; retry later", retry_after_ms=1000))
+                continue
             try:
-                outcomes.extend(_checked(self.backend.answer([request]), 1))
+                outcomes.extend(_checked(self.backend.answer([job.request]), 1))
             except Exception as error:  # noqa: BLE001
                 outcomes.append(error)
         return outcomes

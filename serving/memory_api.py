@@ -4,7 +4,8 @@ stats).
 Every engine call runs on the memory thread (`MemoryService`). JSON bodies are parsed strictly (no NaN /
 Infinity, no lone surrogates, bounded nesting) by `StrictJSONRoute`, so stored text is always valid
 Unicode and every answer can be encoded. Unknown nodes are 404, invalid input 422, an unavailable store 503 (see
-`serving.edge`).
+`serving.edge`); a busy engine is 429 (too many calls waiting) or 503 `timeout_error` (a call that could not start
+within the request deadline was dropped unrun), both with retry-after (see `MemoryService`).
 """
 
 from __future__ import annotations
@@ -97,7 +98,9 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     413: {"model": ErrorResponse, "description": "Body over the size limit."},
     415: {"model": ErrorResponse, "description": "A body that is not JSON."},
     422: {"model": ValidationErrorResponse, "description": "Invalid input."},
-    503: {"model": ErrorResponse, "description": "The memory engine or its store is not available; retry later."},
+    429: {"model": ErrorResponse, "description": "Too many memory calls waiting; retry after `retry-after-ms`."},
+    503: {"model": ErrorResponse, "description": "The memory engine or its store is not available, or the engine was too busy to "
+          "start the call within the request deadline (nothing was changed); retry later."},
 }
 
 # `NodeId = Path()` would drop NodeId's length bounds (FastAPI keeps only the Path's own): annotate instead.

@@ -9,8 +9,10 @@ which tests replace with `app.dependency_overrides`.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +25,7 @@ from controller.backend import Backend, BackendRequest, BackendResult, ModelInfo
 from controller.client import PlannedRequest, plan_request
 from controller.errors import BackendUnavailableError, InputTooLongError
 from serving.batching import Batcher
-from serving.errors import HTTPFacingError, MemoryUnavailableError, NotReadyError, SettingsError
+from serving.errors import HTTPFacingError, MemoryUnavailableError, NotReadyError, OverloadedError, RequestTimeoutError, SettingsError
 from serving.metrics import ServerMetrics
 from serving.settings import Settings
 
@@ -32,21 +34,71 @@ T = TypeVar("T")
 
 WARMUP_STATE = "warm-up"
 WARMUP_QUESTIONS = {"ready": {"type": "noul", "instructions": "Is this a warm-up request?"}}
+READY_PROBE_WAIT_S = 0.5  # how long /readyz waits for a warm-up retry before it answers (probes time out at ~1 s)
+
+
+MEMORY_RETRY_MS = 1000  # retry-after of a memory call refused because the engine is busy
 
 
 class MemoryService:
     """The memory engine behind one dedicated thread: SQLite connections stay on the thread that made
-    them, and engine calls are serialised without blocking the event loop."""
+    them, and engine calls are serialised without blocking the event loop.
 
-    def __init__(self, engine: Any, executor: ThreadPoolExecutor | None = None, *, owns_engine: bool = False) -> None:
+    The line in front of that thread is bounded, so a busy engine (a long relink, a slow controller) is a fast
+    429 / 503 with retry-after instead of requests piling up without end: at most `max_pending` calls may be
+    queued or running (then `OverloadedError`), and a call that has not started `start_timeout_s` after it was
+    queued is dropped unrun (`RequestTimeoutError`: nothing was changed, so a retry cannot duplicate a write).
+    A call whose caller goes away before it starts never runs either. A call that has started always runs to
+    the end and its caller waits for it: a write is never reported failed and then committed."""
+
+    def __init__(self, engine: Any, executor: ThreadPoolExecutor | None = None, *, owns_engine: bool = False,
+                 max_pending: int | None = None, start_timeout_s: float | None = None) -> None:
         self.engine = engine
         self.owns_engine = owns_engine
+        self.max_pending = max_pending
+        self.start_timeout_s = start_timeout_s
         self._executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="jevmem-memory")
+        self._pending = 0  # calls queued or running; changed from the memory thread too, hence the lock
+        self._pending_lock = threading.Lock()
+
+    @property
+    def pending(self) -> int:
+        return self._pending
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run `fn(engine, *args, **kwargs)` on the memory thread."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(fn, self.engine, *args, **kwargs))
+        """Run `fn(engine, *args, **kwargs)` on the memory thread, within the bounds above."""
+        with self._pending_lock:
+            if self.max_pending is not None and self._pending >= self.max_pending:
+                raise OverloadedError(f"the memory engine is busy ({self._pending} calls queued or running); retry later",
+                                      retry_after_ms=MEMORY_RETRY_MS)
+            self._pending += 1
+        try:
+            job = self._executor.submit(functools.partial(fn, self.engine, *args, **kwargs))
+        except RuntimeError as error:  # the executor is shut down: the server is stopping
+            self._release(None)
+            raise MemoryUnavailableError("the memory engine is shutting down", retry_after_ms=MEMORY_RETRY_MS) from error
+        except BaseException:
+            self._release(None)
+            raise
+        job.add_done_callback(self._release)
+        return await self._wait(job)
+
+    async def _wait(self, job: concurrent.futures.Future[T]) -> T:
+        result = asyncio.wrap_future(job)
+        try:
+            done, _ = await asyncio.wait({result}, timeout=self.start_timeout_s)
+            if not done and job.cancel():  # cancel() refuses a call that has started: that one is waited for
+                raise RequestTimeoutError(f"the memory engine did not take up the request within {self.start_timeout_s:g}s "
+                                          "(nothing was changed); retry later", retry_after_ms=MEMORY_RETRY_MS)
+            return await result
+        except asyncio.CancelledError:
+            if not job.cancel():  # the caller went away: a call still queued is never run, a started one ends unread
+                result.add_done_callback(lambda f: f.cancelled() or f.exception())
+            raise
+
+    def _release(self, _: object) -> None:
+        with self._pending_lock:
+            self._pending -= 1
 
     @classmethod
     async def open(cls, settings: Settings, backend: Backend, batcher: Batcher) -> MemoryService:
@@ -73,17 +125,26 @@ class MemoryService:
         except BaseException:
             executor.shutdown(wait=False)  # a failed open leaves no idle memory thread behind
             raise
-        return cls(engine, executor, owns_engine=True)
+        return cls(engine, executor, owns_engine=True, **memory_bounds(settings))
 
     async def close(self) -> None:
         """Finish queued engine calls, close the engine if this service opened it, stop the thread."""
         close = getattr(self.engine, "close", None) if self.owns_engine else None
+        loop = asyncio.get_running_loop()
         if close is not None:
-            try:
-                await self.call(lambda engine: close())
+            try:  # past the bounds of `call`: closing must run however busy the engine is
+                await loop.run_in_executor(self._executor, close)
             except Exception:  # noqa: BLE001 - shutdown goes on
                 log.exception("closing the memory engine failed")
-        self._executor.shutdown(wait=True)
+        await asyncio.to_thread(self._executor.shutdown, wait=True)
+
+
+def memory_bounds(settings: Settings) -> dict[str, Any]:
+    """The memory engine's line is bounded as the batcher's is: the queue size, and the request deadline to start."""
+    return {"max_pending": settings.queue_size, "start_timeout_s": settings.request_timeout_s}
+
+
+_QUEUE_GRACE_S = 5.0  # past the batcher's own deadline, how long the memory thread waits for the event loop
 
 
 class QueuedBackend:
@@ -106,9 +167,13 @@ class QueuedBackend:
             return []
         future = asyncio.run_coroutine_threadsafe(self._batcher.submit_many(requests, self._timeout_s), self._loop)
         try:
-            return future.result()
+            return future.result(self._timeout_s + _QUEUE_GRACE_S)  # bounded: a loop that stopped must not hang the memory thread
         except HTTPFacingError as error:
             raise BackendUnavailableError(f"the server's controller queue refused the request: {error}") from error
+        except (concurrent.futures.CancelledError, concurrent.futures.TimeoutError) as error:
+            # A BaseException here would fail the engine's write instead of leaving its relations pending.
+            future.cancel()
+            raise BackendUnavailableError("the server's controller queue stopped before it answered") from error
 
     def close(self) -> None:
         """The runtime owns the backend."""
@@ -126,6 +191,7 @@ class Runtime:
     _owns_backend: bool = False
     _memory_engine: Any = None  # an engine handed in by the caller (not closed by the runtime)
     _last_warmup: float = 0.0
+    _warming: asyncio.Task[bool] | None = None  # the warm-up retry /readyz started, while it runs
 
     async def start(self) -> None:
         settings = self.settings
@@ -150,7 +216,7 @@ class Runtime:
         )
         await self.batcher.start()
         if self._memory_engine is not None:
-            self.memory = MemoryService(self._memory_engine)
+            self.memory = MemoryService(self._memory_engine, **memory_bounds(settings))
         elif settings.memory_db is not None:
             self.memory = await MemoryService.open(settings, self.backend, self.batcher)
         if settings.warmup:
@@ -192,9 +258,20 @@ class Runtime:
         return self.ready
 
     async def maybe_warm_up(self) -> bool:
-        if not self.ready and not self.stopping and time.monotonic() - self._last_warmup > 1.0:
-            await self.warm_up()
+        """Readiness for /readyz: while not ready, retry the warm-up (at most once a second, one at a time) and
+        wait for it briefly; a slow backend leaves it running and the probe gets its 503 now, not a timeout."""
+        if not self.ready and not self.stopping:
+            if self._warming is None and time.monotonic() - self._last_warmup > 1.0:
+                task = asyncio.create_task(self.warm_up(), name="jevmem-warm-up")
+                task.add_done_callback(self._warmed)
+                self._warming = task
+            if self._warming is not None:
+                await asyncio.wait({self._warming}, timeout=READY_PROBE_WAIT_S)
         return self.ready and not self.stopping
+
+    def _warmed(self, task: asyncio.Task[bool]) -> None:
+        if self._warming is task:
+            self._warming = None
 
     async def plan(
         self, state: Any, questions: Any, *, model: str | None, assets: Any = None, in_thread: bool = False
@@ -219,6 +296,9 @@ class Runtime:
     async def stop(self) -> None:
         self.stopping = True
         self.ready = False
+        if self._warming is not None:
+            self._warming.cancel()
+            await asyncio.wait({self._warming})
         if self.memory is not None:  # first: in-flight engine work may still need the batcher
             await self.memory.close()
             self.memory = None
