@@ -6,11 +6,32 @@ as new examples with `source="teacher:<name>"`, the same group and split as thei
 `teacher:<name>:<input id>`. Questions that share a state go in one request (`max_questions` at most).
 
 Resumable: records are appended to one JSONL file after every request, ids already in the file are
-skipped, and a torn last line from an interrupted run is ignored. The SDK retries 408/429/5xx itself; on
-top of that, connection failures, rate limits and server errors get `retries` more attempts with
-exponential backoff before `TeacherError` stops the run (what was recorded stays). A request the server
-refuses (4xx) is logged and counted as failed; the run goes on. A response that leaves a question unanswered
-or answers it with another kind stops the run with `TeacherError` (a teacher that does not speak the protocol).
+skipped, and a torn last line from an interrupted run is ignored. A resume must continue the same work:
+a recorded id whose state or question differs from its input now (the data were rebuilt), or a teacher
+that answers as another model than the one already recorded under this name, stops the run before
+anything is appended (use a new `--out` or `--name`).
+
+What a teacher gets wrong never becomes a silently wrong target:
+
+    TeacherError               the run stops (what was recorded stays; rerun to resume)
+    │                          - refused configuration (Jev, a bad URL, an empty key)
+    │                          - the server keeps failing: connection refused, timeouts, 408 / 429 / 5xx,
+    │                            a body that is not a System One response; `retries` more attempts with
+    │                            exponential backoff (a 429's Retry-After honoured up to `MAX_WAIT`) on top
+    │                            of the SDK's own retries
+    │                          - 401 / 403 / 404: a wrong key, permission or URL fails every request alike
+    │                          - an answer that does not fit its question (missing, another kind, other options
+    │                            or levels): a server that does not speak the protocol
+    │                          - `max_failed_requests` requests in a row that gave nothing to record
+    └── TeacherAnswerError     one answer whose numbers cannot be a target (NaN, outside [0, 1], a
+                               distribution summing to 1 ± more than `SUM_TOLERANCE`): its record is
+                               skipped and counted (`TeacherReport.invalid`); the rest of the request is kept
+A request the server refuses (400 / 422 and other 4xx) is logged and its examples counted as failed.
+
+The API key: `TeacherConfig.api_key` is never shown (`repr`, messages); the CLI reads it from the environment
+(`TEACHER_API_KEY_ENV`) and never from TypeSafe's own variable. The SDK's default model (`jev-latest`, or
+`TYPESAFE_DEFAULT_MODEL` from the environment) is never sent for want of `model`: the protocol's alias
+`DEFAULT_MODEL` is requested explicitly, so the environment cannot change what is asked.
 
 TypeSafe's customer terms forbid distilling from Jev's outputs: `TeacherConfig` refuses TypeSafe's hosts
 and the Jev model aliases, and a response naming a `jev-` model stops the run. Never record Jev outputs.
@@ -19,25 +40,37 @@ and the Jev model aliases, and a response naming a `jev-` model stops the run. N
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from data.paths import unwritable
-from data.schema import DataError, DecisionExample, DecisionGroup, Target, group_examples, read_jsonl, write_jsonl
+from data.schema import DataError, DecisionExample, DecisionGroup, Target, canonical, group_examples, read_jsonl, write_jsonl
 
 log = logging.getLogger(__name__)
 
 REFUSED_HOSTS = ("typesafe.ai",)
 _JEV_MODEL = re.compile(r"^jev(?:[-_ ]|$)", re.IGNORECASE)  # jev-latest, jev-preview, jev-2.1 (not jevmem-*)
+TEACHER_API_KEY_ENV = "JEVMEM_TEACHER_API_KEY"  # not TYPESAFE_API_KEY: a TypeSafe key must never reach another server
+DEFAULT_MODEL = "jev-latest"  # the protocol's alias for a server's default model (what the SDK sends by default)
+SUM_TOLERANCE = 0.02  # a distribution summing to 1 +/- this is renormalised; further off, the answer is refused
+RANGE_TOLERANCE = 1e-6  # float rounding outside [0, 1] that is clipped rather than refused
+MAX_WAIT = 60.0  # seconds: the longest wait between attempts (doubling backoff, a Retry-After)
+FATAL_STATUSES = frozenset({401, 403, 404})  # every request would fail alike
+_MODEL_NOTE = "model="
 
 
 class TeacherError(DataError):
     """The teacher cannot be used: refused configuration, or a server that keeps failing."""
+
+
+class TeacherAnswerError(TeacherError):
+    """One answer whose numbers cannot be a training target; its record is skipped and counted."""
 
 
 def is_jev_model(name: str | None) -> bool:
@@ -48,28 +81,32 @@ def is_jev_model(name: str | None) -> bool:
 class TeacherConfig:
     base_url: str  # the teacher server (required: there is no default host)
     name: str  # recorded as source "teacher:<name>"
-    api_key: str = "local"
-    model: str | None = None  # model requested from the server (server default when None)
+    api_key: str = field(default="local", repr=False)  # never shown: not in repr, logs or messages
+    model: str | None = None  # model requested from the server (None: the protocol's default alias)
     max_questions: int = 32  # questions per request
     retries: int = 4  # extra attempts after the SDK's own retries
-    backoff: float = 1.0  # seconds before the first extra attempt, doubled each time
+    backoff: float = 1.0  # seconds before the first extra attempt, doubled each time (at most MAX_WAIT)
     timeout: float = 30.0
     compression: bool = True  # zstd request bodies when the SDK has zstd
+    max_failed_requests: int = 5  # requests in a row with nothing to record (refused / invalid) before the run stops
 
     def __post_init__(self) -> None:
         try:
             parsed = urlparse(self.base_url)
             host, _ = (parsed.hostname or "").lower(), parsed.port  # .port raises on a port out of range
         except ValueError as error:
-            raise TeacherError(f"base_url {self.base_url!r} is not a URL: {error}") from error
+            raise TeacherError(f"base_url {shown_url(self.base_url)!r} is not a URL: {error}") from error
         if not host:
-            raise TeacherError(f"base_url needs a host, got {self.base_url!r}")
+            raise TeacherError(f"base_url needs a host, got {shown_url(self.base_url)!r}")
         if any(host == h or host.endswith("." + h) for h in REFUSED_HOSTS) or is_jev_model(self.model) or is_jev_model(self.name):
             raise TeacherError("distilling from Jev is not permitted (TypeSafe's customer terms); use another teacher model")
         if not re.fullmatch(r"[\w.\-]+", self.name):
             raise TeacherError(f"teacher name must be letters, digits, '.', '_' or '-', got {self.name!r}")
-        if self.max_questions < 1 or self.retries < 0 or self.backoff < 0 or self.timeout <= 0:
-            raise TeacherError("max_questions >= 1, retries >= 0, backoff >= 0 and timeout > 0 are required")
+        if not isinstance(self.api_key, str) or not self.api_key or not self.api_key.isascii() or not self.api_key.isprintable() \
+                or any(c.isspace() for c in self.api_key):
+            raise TeacherError("the teacher API key must be non-empty printable ASCII without spaces")  # (the key is not shown)
+        if self.max_questions < 1 or self.retries < 0 or self.backoff < 0 or not self.timeout > 0 or self.max_failed_requests < 1:
+            raise TeacherError("max_questions >= 1, retries >= 0, backoff >= 0, timeout > 0 and max_failed_requests >= 1 are required")
 
 
 @dataclass(frozen=True)
@@ -80,18 +117,35 @@ class TeacherReport:
     failed: int  # examples whose request the server refused
     requests: int
     seconds: float
+    invalid: int = 0  # answers refused as targets (NaN, out of range, not a distribution): not recorded
 
 
 def teacher_id(name: str, example_id: str) -> str:
     return f"teacher:{name}:{example_id}"
 
 
-def recorded_ids(path: str | Path) -> set[str]:
+def shown_url(url: str) -> str:
+    """`url` without credentials (`http://user:secret@host` -> `http://***@host`), for messages."""
+    return re.sub(r"(?<=//)[^/@]*@", "***@", url)
+
+
+def recorded(path: str | Path) -> dict[str, DecisionExample]:
+    """The records of a teacher file by id (empty when there is none); an id recorded twice is an error."""
     path = Path(path)
+    out: dict[str, DecisionExample] = {}
     try:
-        return {e.id for e in read_jsonl(path)} if path.exists() else set()
+        for record in read_jsonl(path) if path.exists() else ():
+            if record.id in out:
+                raise TeacherError(f"{path} records {record.id} twice (two runs appended to it at once?): "
+                                   "keep one record per id before resuming")
+            out[record.id] = record
     except (OSError, UnicodeDecodeError) as error:
         raise TeacherError(f"cannot read teacher records {path}: {error}") from error
+    return out
+
+
+def recorded_ids(path: str | Path) -> set[str]:
+    return set(recorded(path))
 
 
 def make_client(config: TeacherConfig, *, transport: Any = None) -> Any:
@@ -99,7 +153,7 @@ def make_client(config: TeacherConfig, *, transport: Any = None) -> Any:
     from typesafe_sdk import RetryPolicy, TypeSafeClient
 
     return TypeSafeClient(
-        api_key=config.api_key, base_url=config.base_url, model=config.model, transport=transport,
+        api_key=config.api_key, base_url=config.base_url, model=config.model or DEFAULT_MODEL, transport=transport,
         timeout=config.timeout, retry=RetryPolicy(max_retries=2, backoff_initial=min(config.backoff, 0.5), backoff_max=5.0),
         compression=None if config.compression else False,
     )
@@ -118,95 +172,172 @@ def distill(
     """Ask the teacher about every example not yet recorded in `out`; append its answers there."""
     start = time.perf_counter()
     items = [e for e in examples if not e.source.startswith("teacher:")]
+    seen: set[str] = set()
+    for e in items:
+        if e.id in seen:  # two inputs, one record id: one answer would be lost, or recorded twice
+            raise TeacherError(f"input example id {e.id} appears twice")
+        seen.add(e.id)
     problem = unwritable(Path(out), directory=False)
     if problem:  # found at the first append, the answers of that request would be lost
         raise TeacherError(f"cannot write teacher records to {out}: {problem}")
-    done = recorded_ids(out)
-    todo = [e for e in items if teacher_id(config.name, e.id) not in done]
+    done = recorded(out)
+    model = _recorded_model(done, config.name, out)
+    todo = []
+    for e in items:
+        record = done.get(teacher_id(config.name, e.id))
+        if record is None:
+            todo.append(e)
+        elif canonical(record.state) != canonical(e.state) or canonical(record.question) != canonical(e.question):
+            raise TeacherError(f"{out} holds {record.id} for another state or question than its input now (the data were "
+                               "rebuilt?): write these answers to a new --out")
     groups = group_examples(todo, max_questions=config.max_questions)
     own_client = client is None
     client = client or make_client(config, transport=transport)
-    written = failed = requests = 0
+    written = failed = invalid = requests = in_a_row = 0
     try:
         from tqdm import tqdm
 
         for group in tqdm(groups, desc=f"teacher {config.name}", unit="req", disable=not progress):
-            records = _ask(client, group, config, sleep)
+            response = _request(client, group, config, sleep)
             requests += 1
-            if records is None:
+            records: list[DecisionExample] = []
+            if response is None:
                 failed += len(group.examples)
-                continue
-            written += write_jsonl(out, records, append=True)
+            else:
+                model = _check_model(response.model, model, config.name, out)
+                records, bad = _records(group, response, config)
+                invalid += bad
+                written += write_jsonl(out, records, append=True) if records else 0
+            in_a_row = 0 if records else in_a_row + 1
+            if in_a_row >= config.max_failed_requests and requests < len(groups):  # (the last request ends the run anyway)
+                raise TeacherError(f"teacher {config.name} gave nothing to record for {in_a_row} requests in a row "
+                                   f"({failed} examples refused, {invalid} answers invalid so far; see the warnings)")
     finally:
         if own_client:
             client.close()
-    return TeacherReport(len(items), len(items) - len(todo), written, failed, requests, time.perf_counter() - start)
+    return TeacherReport(requested=len(items), skipped=len(items) - len(todo), written=written, failed=failed,
+                         requests=requests, seconds=time.perf_counter() - start, invalid=invalid)
 
 
-def _ask(client: Any, group: DecisionGroup, config: TeacherConfig, sleep: Callable[[float], None]) -> list[DecisionExample] | None:
+def _recorded_model(done: Mapping[str, DecisionExample], name: str, out: str | Path) -> str | None:
+    prefix = teacher_id(name, "")
+    models = {r.notes[len(_MODEL_NOTE):] for r in done.values() if r.id.startswith(prefix) and r.notes.startswith(_MODEL_NOTE)}
+    if len(models) > 1:
+        raise TeacherError(f"{out} mixes answers of models {sorted(models)} under teacher {name}: keep one model per name")
+    return next(iter(models), None)
+
+
+def _check_model(answered: str, expected: str | None, name: str, out: str | Path) -> str:
+    if is_jev_model(answered):
+        raise TeacherError(f"the teacher answered as {answered!r}: Jev outputs must never be recorded")
+    if expected is not None and answered != expected:
+        raise TeacherError(f"teacher {name} in {out} is model {expected!r}, but the server now answers as {answered!r}: "
+                           "give this model another --name (or --out), so that one source never mixes two models")
+    return answered
+
+
+def _request(client: Any, group: DecisionGroup, config: TeacherConfig, sleep: Callable[[float], None]) -> Any:
+    """The server's response, or None when it refused the request; TeacherError when it keeps failing."""
     from typesafe_sdk import (
         TypeSafeAPIConnectionError,
         TypeSafeAPIError,
+        TypeSafeAPIResponseValidationError,
+        TypeSafeAPITimeoutError,
         TypeSafeInternalServerError,
         TypeSafeRateLimitError,
     )
 
     questions = {f"q{i}": e.question for i, e in enumerate(group.examples)}
+    where = f"teacher {config.name} at {shown_url(config.base_url)}"
     delay = config.backoff
     for attempt in range(config.retries + 1):
         try:
-            response = client.system_one(group.state, questions, model=config.model)
-            break
+            return client.system_one(group.state, questions, model=config.model or DEFAULT_MODEL)
+        except TypeSafeAPIResponseValidationError as error:  # (an API error of status 200: caught before the refusals)
+            failure = error
+            message = f"{where} answered with a body that is not a System One response: {error}"
         except (TypeSafeAPIConnectionError, TypeSafeRateLimitError, TypeSafeInternalServerError) as error:
-            if attempt == config.retries:
-                raise TeacherError(f"teacher {config.name} at {config.base_url} kept failing: {error}") from error
-            log.warning("teacher request failed (%s); retrying in %.1fs", error, delay)
-            sleep(delay)
-            delay *= 2
+            failure = error
+            message = f"{where} kept failing: {error}"
+            if isinstance(error, TypeSafeAPITimeoutError):
+                message += f" (a slow teacher: raise --timeout from {config.timeout:g}s, or lower --max-questions)"
+            elif isinstance(error, TypeSafeAPIConnectionError):
+                message += " (is the server running, and is --base-url right?)"
         except TypeSafeAPIError as error:
-            log.warning("teacher refused a request of %d questions: %s", len(questions), error)
-            return None
-    if is_jev_model(response.model):
-        raise TeacherError(f"the teacher answered as {response.model!r}: Jev outputs must never be recorded")
-    unanswered = [key for key in questions if key not in response.answers]
+            if error.status in FATAL_STATUSES:
+                raise TeacherError(f"{where} refused the request with {error.status}: {error} (check the API key, "
+                                   "--base-url and --model; every request would fail alike)") from error
+            if error.status != 408:
+                log.warning("teacher refused a request of %d questions: %s", len(questions), error)
+                return None
+            failure, message = error, f"{where} kept timing out: {error}"
+        if attempt == config.retries:
+            raise TeacherError(message) from failure
+        wait = min(MAX_WAIT, max(delay, (getattr(failure, "retry_after_ms", None) or 0.0) / 1000))
+        log.warning("teacher request failed (%s); retrying in %.1fs", failure, wait)
+        sleep(wait)
+        delay = min(MAX_WAIT, delay * 2)
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _records(group: DecisionGroup, response: Any, config: TeacherConfig) -> tuple[list[DecisionExample], int]:
+    """(the records of one response, how many answers were refused as targets)."""
+    keys = [f"q{i}" for i in range(len(group.examples))]
+    unanswered = [key for key in keys if key not in response.answers]
     if unanswered:
-        raise TeacherError(f"teacher {config.name} gave no answer for {len(unanswered)} of {len(questions)} questions of a request")
-    records = []
-    for key, example in zip(questions, group.examples):
-        target = answer_target(example.question, response.answers[key])
+        raise TeacherError(f"teacher {config.name} gave no answer for {len(unanswered)} of {len(keys)} questions of a request")
+    records, invalid = [], 0
+    for key, example in zip(keys, group.examples):
+        try:
+            target = answer_target(example.question, response.answers[key])
+        except TeacherAnswerError as error:
+            log.warning("teacher answer for %s skipped: %s", example.id, error)
+            invalid += 1
+            continue
         records.append(
             DecisionExample(
                 id=teacher_id(config.name, example.id), family=example.family, question_name=example.question_name,
                 state=example.state, question=example.question, target=target, source=f"teacher:{config.name}",
-                group=example.group, split=example.split, weight=example.weight, notes=f"model={response.model}",
+                group=example.group, split=example.split, weight=example.weight, notes=f"{_MODEL_NOTE}{response.model}",
             )
         )
-    return records
+    return records, invalid
 
 
 def answer_target(question: Mapping[str, Any], answer: Any) -> Target:
-    """A wire answer as a schema target: Noul p; Choice {option: p} in question order; Score [p_i]."""
+    """A wire answer as a schema target: Noul p; Choice {option: p} in question order; Score [p_i].
+
+    Raises TeacherError for an answer that does not fit the question (kind, options, levels) and
+    TeacherAnswerError for numbers that are no probabilities (NaN, outside [0, 1], a sum far from 1)."""
     kind = question["type"]
     if getattr(answer, "type", None) != kind:
         raise TeacherError(f"teacher answered a {kind} question with a {getattr(answer, 'type', None)!r} answer")
     if kind == "noul":
-        return min(1.0, max(0.0, float(answer.noul)))
+        return _probability(answer.noul)
     if kind == "choice":
         options = list(question["criteria"])
         probs = dict(answer.probabilities)
         if set(probs) != set(options):
             raise TeacherError(f"teacher probabilities {sorted(probs)} do not match the options {sorted(options)}")
-        return _normalised({o: probs[o] for o in options})  # type: ignore[return-value]
+        return _distribution({o: probs[o] for o in options})  # type: ignore[return-value]
     levels = len(question["criteria"])
     probs = {int(k): v for k, v in answer.probabilities.items()}
     if set(probs) != set(range(levels)):
         raise TeacherError(f"teacher probabilities cover levels {sorted(probs)}, expected 0..{levels - 1}")
-    return list(_normalised({str(i): probs[i] for i in range(levels)}).values())
+    return list(_distribution({str(i): probs[i] for i in range(levels)}).values())
 
 
-def _normalised(probs: dict[str, float]) -> dict[str, float]:
-    clipped = {k: max(0.0, float(v)) for k, v in probs.items()}
-    total = sum(clipped.values())
-    if total <= 0:
-        raise TeacherError("teacher probabilities sum to zero")
-    return {k: v / total for k, v in clipped.items()}
+def _probability(value: object) -> float:
+    number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    if not math.isfinite(number) or not -RANGE_TOLERANCE <= number <= 1 + RANGE_TOLERANCE:
+        raise TeacherAnswerError(f"teacher gave {value!r} as a probability")
+    return min(1.0, max(0.0, number))
+
+
+def _distribution(probs: dict[str, object]) -> dict[str, float]:
+    """Probabilities that sum to 1 within SUM_TOLERANCE, renormalised to sum to 1 exactly."""
+    checked = {k: _probability(v) for k, v in probs.items()}
+    total = sum(checked.values())
+    if abs(total - 1.0) > SUM_TOLERANCE:
+        raise TeacherAnswerError(f"teacher probabilities sum to {total:.4f}, not 1: {probs}")
+    return {k: v / total for k, v in checked.items()}

@@ -1,7 +1,7 @@
 """Data commands: `build-data` (the decision data set) and `distill` (teacher labels for it).
 
     python -m training build-data --locomo PATH --audit PATH --out DIR [--synthetic-per-family N] [--seed S] [--include FILE ...]
-    python -m training distill --data DIR --split train --base-url URL --name NAME --out FILE
+    JEVMEM_TEACHER_API_KEY=... python -m training distill --data DIR --split train --base-url URL --name NAME --out FILE
 
 build-data writes DIR/{train,calibration,dev,test}.jsonl and DIR/summary.json and prints the summary table
 and the build wall-clock; distill appends a teacher's soft answers to FILE (resumable). All logic lives in
@@ -11,6 +11,8 @@ and the build wall-clock; distill appends a teacher's soft answers to FILE (resu
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -61,7 +63,11 @@ def add_parser(sub: Any) -> None:
     d.add_argument("--base-url", required=True, help="teacher server, e.g. http://127.0.0.1:9000")
     d.add_argument("--name", required=True, help="teacher name recorded as source teacher:<name>")
     d.add_argument("--model", help="model name to request from the teacher server")
-    d.add_argument("--api-key", default="local")
+    d.add_argument("--api-key", help="teacher API key; prefer the JEVMEM_TEACHER_API_KEY environment variable (a key "
+                                     "given here is visible to other users in the process list; default: local)")
+    d.add_argument("--max-questions", type=int, default=32, help="questions per request (lower it for a slow teacher)")
+    d.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
+    d.add_argument("--retries", type=int, default=4, help="extra attempts, with doubling backoff, for a failing server")
     d.add_argument("--out", required=True, help="JSONL file the answers are appended to")
     d.set_defaults(handler=run_distill)
 
@@ -83,11 +89,27 @@ def run_distill(args: argparse.Namespace) -> int:
         examples = [e for e in examples if e.family in families]
     if args.limit:
         examples = examples[: args.limit]
-    config = TeacherConfig(base_url=args.base_url, name=args.name, model=args.model, api_key=args.api_key)
+    config = TeacherConfig(base_url=args.base_url, name=args.name, model=args.model, api_key=teacher_api_key(args.api_key),
+                           max_questions=args.max_questions, timeout=args.timeout, retries=args.retries)
     report = distill(examples, args.out, config)
     print(f"teacher {args.name}: {report.written} written, {report.skipped} already recorded, {report.failed} refused, "
-          f"{report.requests} requests in {report.seconds:.1f}s -> {args.out}")
+          f"{report.invalid} invalid answers, {report.requests} requests in {report.seconds:.1f}s -> {args.out}")
+    if report.failed or report.invalid:
+        print(f"warning: {report.failed + report.invalid} examples got no teacher label (see the warnings above); "
+              "run the same command again to retry them", file=sys.stderr)
     return 0
+
+
+def teacher_api_key(given: str | None) -> str:
+    """--api-key, else $JEVMEM_TEACHER_API_KEY, else "local". Never $TYPESAFE_API_KEY: a TypeSafe key must not be
+    sent to another server."""
+    from data.teacher import TEACHER_API_KEY_ENV
+
+    if given is not None:
+        print(f"warning: --api-key is visible to other users of this machine (process list, shell history); "
+              f"set {TEACHER_API_KEY_ENV} instead", file=sys.stderr)
+        return given
+    return os.environ.get(TEACHER_API_KEY_ENV, "").strip() or "local"
 
 
 def add_train_negatives(p: argparse.ArgumentParser) -> None:
