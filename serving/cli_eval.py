@@ -27,7 +27,7 @@ def add_eval_parser(sub: Any) -> None:
     p = bench.add_parser("locomo", help="retrieval on LoCoMo: flat baselines and Jev-Mem in one run")
     locomo_source(p)
     p.add_argument("--controller", nargs="+", help="Jev-Mem controllers to run beside the baselines (default: heuristic)")
-    p.add_argument("--systems", help="comma list of bm25, dense, rrf, jevmem-<controller>")
+    p.add_argument("--systems", help="comma list of bm25, dense, rrf, bm25-stemmed, rrf-stemmed, jevmem-<controller>")
     p.add_argument("--out", help="directory for report.json, questions.jsonl and report.md")
     p.add_argument("--k", type=int, default=20, help="items per question for every system (default 20)")
     p.add_argument("--embedder", choices=EMBEDDERS, default="minilm-tuned", help="the engine's embedder")

@@ -123,7 +123,8 @@ def comparison_markdown(result: Comparison) -> str:
              *md_table(["system", *keys], [[name, *(fmt_interval(iv.get(k)) for k in keys)] for name, iv in result.question.items()]),
              "", "## Conversation-cluster bootstrap (mean [95 % CI])", ""]
     if len(result.conversations) < MIN_CLUSTERS:
-        lines += [f"With {len(result.conversations)} conversations these intervals are about the range of the per-conversation "
+        n = len(result.conversations)
+        lines += [f"With {n} conversation{'s' if n != 1 else ''} these intervals are about the range of the per-conversation "
                   "means, not 95 % intervals; read the question bootstrap above.", ""]
     lines += md_table(["system", *keys], [[name, *(fmt_interval(iv.get(k)) for k in keys)] for name, iv in result.cluster.items()])
     return "\n".join(lines) + "\n"

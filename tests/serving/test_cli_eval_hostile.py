@@ -130,3 +130,14 @@ def test_eval_compare_refuses_rows_that_are_not_objects_and_a_negative_seed(tmp_
     rows.write_text(json.dumps(row) + "\n" + json.dumps({**row, "system": "bm25"}) + "\n")
     code, _, err = run(capsys, "eval", "compare", str(rows), "--reference", "rrf", "--seed", "-1")
     assert code == 2 and "seed must be >= 0" in err
+
+
+def test_the_systems_help_names_every_baseline() -> None:
+    """The help text is written out (building the parser imports nothing heavy); it must not drift from the harness."""
+    from memory.evaluation.harness import BASELINES
+    from serving.cli import build_parser
+
+    locomo = build_parser()._subparsers._group_actions[0].choices["eval"]._subparsers._group_actions[0].choices["locomo"]  # type: ignore[union-attr]
+    (action,) = [a for a in locomo._actions if "--systems" in a.option_strings]
+    listed = [name.strip() for name in (action.help or "").removeprefix("comma list of ").split(",")]
+    assert listed == [*BASELINES, "jevmem-<controller>"]
