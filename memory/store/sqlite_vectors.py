@@ -111,6 +111,7 @@ class VectorSync:
                 matrix[i] = schema.blob_vector(blob, self.dim)
             self._vectors.reset(np.array([r[0] for r in rows], dtype=np.int64), matrix)
             self._indexed_generation = generation
+            self._file_generation = -1  # the saved file holds the vectors before this rebuild: close saves it
 
     def replace_embeddings(self, seqs: Sequence[int], matrix: np.ndarray, embedder: str) -> None:
         """Store `matrix[i]` as node `seqs[i]`'s embedding for every node, record `embedder` as the store's

@@ -183,3 +183,15 @@ def test_a_session_that_changes_no_vector_leaves_the_saved_index_file_alone(tmp_
     assert saves == [1] and index_file.read_bytes() != before[1]
     with SQLiteStore(path, dim=DIM) as store:  # the file it saved loads without a rebuild
         assert store._file_generation == store._indexed_generation
+
+
+def test_a_rebuilt_index_is_saved_on_close(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The skip-unchanged-file rule must not discard a rebuild: the next open would repeat the repair."""
+    path = tmp_path / "m.db"
+    _fill(path)
+    saves: list[int] = []
+    real_save = VectorIndex.save
+    monkeypatch.setattr(VectorIndex, "save", lambda self, *a, **k: (saves.append(1), real_save(self, *a, **k))[1])
+    with SQLiteStore(path, dim=DIM) as store:
+        store.rebuild_vectors()
+    assert saves == [1]
