@@ -42,7 +42,7 @@ import numpy as np
 from controller.calibration_fit import Fitter
 from controller.errors import ArtifactError, CalibrationMismatchError
 from controller.files import write_json_atomic
-from controller.states import STATES_FILE, StateConventions, read_states
+from controller.states import STATES_FILE, StateConventions, conventions_dir, read_states
 
 FORMAT = "jevmem-calibration/1"
 _BUCKETS: dict[str, tuple[tuple[int, int, str], ...]] = {
@@ -152,12 +152,12 @@ def save_calibration(calibration: Calibration, path: str | Path, *, states: Stat
     """Write calibration.json (atomically). A fitted calibration (any temperature, bias or shift) also records,
     as `states`, the state conventions it was fitted under: `states`, else those of the directory it is written
     into (its `states.json`, the defaults without one), so write `states.json` first. A specialist is rendered
-    with its parent directory's conventions, so its calibration is given those. An identity map depends on no
-    rendering and records none."""
+    with its parent directory's conventions, so a specialist folder listed in its parent's index gets the
+    parent's (`controller.states.conventions_dir`). An identity map depends on no rendering and records none."""
     target = Path(path)
     data = calibration.to_json()
     if calibration.temperatures or calibration.family_temperatures or calibration.family_biases or calibration.prior_shifts:
-        data["states"] = asdict(states if states is not None else read_states(target.parent))
+        data["states"] = asdict(states if states is not None else read_states(conventions_dir(target.parent)))
     write_json_atomic(target, data, sort_keys=False)
 
 

@@ -27,10 +27,10 @@ from controller.artifacts import LoadedModel, artifact_hash, load_artifact
 from controller.errors import ArtifactError
 from controller.families import FAMILIES, calibration_key
 from controller.files import write_json_atomic
-from controller.states import read_states
+from controller.states import SPECIALISTS_INDEX, read_states
 
 FORMAT = "jevmem-specialists/1"
-INDEX = "specialists.json"
+INDEX = SPECIALISTS_INDEX
 
 
 def read_index(model_dir: str | Path) -> dict[str, dict[str, str]]:

@@ -28,6 +28,7 @@ from controller.files import write_json_atomic
 
 FORMAT = "jevmem-states/1"
 STATES_FILE = "states.json"
+SPECIALISTS_INDEX = "specialists.json"  # `controller.specialists.INDEX`: named here, where the rendering rule needs it
 
 
 @dataclass(frozen=True)
@@ -70,4 +71,23 @@ def write_states(model_dir: str | Path, states: StateConventions) -> Path:
     return path
 
 
-__all__ = ["FORMAT", "STATES_FILE", "StateConventions", "read_states", "write_states"]
+def conventions_dir(folder: str | Path) -> Path:
+    """The directory whose `states.json` a model in `folder` is rendered with: its own, or, for a specialist
+    listed in the specialists index of a model directory above it, that directory's (the engine renders a
+    specialist's states as its parent says). An index that does not read is passed over here; loading it says why."""
+    here = Path(folder).resolve()
+    for parent in here.parents:
+        index = parent / SPECIALISTS_INDEX
+        if not index.is_file():
+            continue
+        try:
+            families = json.loads(index.read_text(encoding="utf-8")).get("families", {})
+            paths = [entry["path"] for entry in families.values()]
+        except (OSError, ValueError, AttributeError, KeyError, TypeError):
+            continue
+        if any(isinstance(path, str) and (parent / path).resolve() == here for path in paths):
+            return parent
+    return Path(folder)
+
+
+__all__ = ["FORMAT", "SPECIALISTS_INDEX", "STATES_FILE", "StateConventions", "conventions_dir", "read_states", "write_states"]

@@ -15,19 +15,30 @@ the old directory or the new one at every instant. Elsewhere the swap is two ren
 between them leaves no directory at the target (never a mix), and `recover`, which every `staged` call runs
 first, moves the old one back. `training.staging` uses this for model directories, `data.schema.write_splits`
 for the decision data.
+
+One `staged` block at a time per directory, across processes: each holds an exclusive POSIX `flock` on a lock
+file named by the directory's real path (in `<tmp>/jevmem-locks-<uid>`, so no file is left in or beside the
+trees it guards) from before its copy is made until the swap. Two commands writing one model directory take
+turns (the second copies what the first swapped in, instead of swapping its own older copy over it), and
+`recover` never removes the copy of a block that is still running.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
 import sys
+import tempfile
+import threading
+import uuid
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from controller.files import fsync_file
+from data.errors import StagingError
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +61,8 @@ def unwritable(path: Path, *, directory: bool) -> str | None:
 def unreplaceable(directory: Path) -> str | None:
     """Why `directory` cannot be replaced whole by `staged` (its copy is made, and swapped in, beside it), or None."""
     target = directory.resolve() if directory.is_symlink() else directory.absolute()
+    if target.is_dir() and os.path.ismount(target):
+        return f"{target} is a mount point, which cannot be replaced whole; write into a directory inside it"
     return unwritable(target, directory=True) or unwritable(target.parent, directory=True)
 
 
@@ -59,7 +72,8 @@ def replacing(path: str | Path) -> Iterator[Path]:
     format), that is flushed to disk and renamed over `path` when the block ends; after an exception it is
     removed and `path` is as it was."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial{path.suffix}")  # its name in it: a leftover says whose
+    # its name and pid in it (a leftover says whose), and a token: two threads writing one path never share it
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial{path.suffix}")
     try:
         yield tmp
         fsync_file(tmp)
@@ -86,8 +100,16 @@ def _leftovers(target: Path, kind: str) -> list[Path]:
 
 def recover(directory: str | Path) -> None:
     """Undo what an interrupted `staged` block left beside `directory`: a swap cut between its two renames gets
-    the old directory back; unfinished copies and old directories of finished swaps are removed."""
+    the old directory back; unfinished copies and old directories of finished swaps are removed. Waits for a
+    `staged` block of another process on the same directory to end first."""
     target = Path(directory)
+    if target.is_symlink():
+        target = target.resolve()
+    with _lock(target):
+        _recover(target)
+
+
+def _recover(target: Path) -> None:  # under the directory's lock: every leftover is of a block that has ended
     olds = _leftovers(target, "old")
     if olds and not target.exists():
         log.warning("%s: an earlier write was interrupted while swapping it in; the directory before it is restored", target)
@@ -96,32 +118,81 @@ def recover(directory: str | Path) -> None:
         shutil.rmtree(leftover, ignore_errors=True)
 
 
+_held: set[tuple[str, int]] = set()  # (directory, thread) holding its lock: a nested block there would deadlock
+_held_guard = threading.Lock()
+
+
+def _lock_file(real_path: str) -> Path:
+    folder = Path(tempfile.gettempdir()) / f"jevmem-locks-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder / f"{hashlib.sha256(os.fsencode(real_path)).hexdigest()[:24]}.lock"
+
+
+@contextmanager
+def _lock(target: Path) -> Iterator[None]:
+    """The exclusive lock of `target`'s `staged` blocks, held with `flock` (released by the system when the
+    process dies, so a killed block never leaves it taken). Where there is no `fcntl` (Windows) the blocks are
+    not serialised."""
+    key = os.path.realpath(target)
+    mine = (key, threading.get_ident())  # another thread of this process waits at the flock like another process
+    with _held_guard:
+        if mine in _held:
+            raise StagingError(f"{target} is already being replaced by this process; a nested `staged` block on it would "
+                               "swap an older copy over the inner block's result")
+        _held.add(mine)
+    try:
+        try:
+            import fcntl
+        except ImportError:
+            yield
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(_lock_file(key), "a+b") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log.warning("%s: another process is replacing it; waiting for it to finish", target)
+                fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+    finally:
+        with _held_guard:
+            _held.discard(mine)
+
+
 @contextmanager
 def staged(directory: str | Path, *, copy: bool = True, exclude: Collection[str] = ()) -> Iterator[Path]:
     """A copy of `directory` (its current files when `copy`, but for the top-level names in `exclude`; else
     empty) that replaces it when the block ends without an exception; with one, the copy is removed and
-    `directory` stays as it was."""
+    `directory` stays as it was. Raises `StagingError` (an `OSError`) when the swap itself fails, with
+    `directory` as it was and the copy removed."""
     target = Path(directory)
     if target.is_symlink():  # replace the directory it names, not the link
         target = target.resolve()
-    recover(target)
-    stage = _staging(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if copy and target.is_dir():
-        skip = set(exclude)
-        shutil.copytree(target, stage, symlinks=True,
-                        ignore=lambda folder, names: [n for n in names if n in skip] if Path(folder) == target else [])
-    else:
-        stage.mkdir()
-    try:
-        yield stage
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
-    for path in sorted(stage.rglob("*")):  # the copy's bytes on disk before its name replaces the old directory's
-        if path.is_file() and not path.is_symlink():
-            fsync_file(path)
-    _swap(stage, target)
+    with _lock(target):
+        _recover(target)
+        stage = _staging(target)
+        if copy and target.is_dir():
+            skip = set(exclude)
+            shutil.copytree(target, stage, symlinks=True,
+                            ignore=lambda folder, names: [n for n in names if n in skip] if Path(folder) == target else [])
+        else:
+            stage.mkdir()
+        try:
+            yield stage
+        except BaseException:
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
+        try:
+            for path in sorted(stage.rglob("*")):  # the copy's bytes on disk before its name replaces the old directory's
+                if path.is_file() and not path.is_symlink():
+                    fsync_file(path)
+            _swap(stage, target)
+        except OSError as error:  # a mount point, a full disk at fsync, a file system that refuses the rename
+            shutil.rmtree(stage, ignore_errors=True)
+            raise StagingError(f"{target} could not be replaced with its new contents ({error}); it is as it was") from error
 
 
 def _swap(stage: Path, target: Path) -> None:
@@ -136,7 +207,6 @@ def _swap(stage: Path, target: Path) -> None:
     except OSError:  # not a crash: put the old directory back before reporting
         if old.exists() and not target.exists():
             os.rename(old, target)
-        shutil.rmtree(stage, ignore_errors=True)
         raise
     shutil.rmtree(old, ignore_errors=True)
 
@@ -161,4 +231,4 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(code, os.strerror(code), str(a), None, str(b))
 
 
-__all__ = ["fsync_file", "recover", "replacing", "staged", "unreplaceable", "unwritable", "write_text_atomic"]
+__all__ = ["StagingError", "fsync_file", "recover", "replacing", "staged", "unreplaceable", "unwritable", "write_text_atomic"]

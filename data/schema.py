@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeAlias, Union
 
+from data.errors import DataError
 from data.paths import staged
 
 SPLITS: tuple[str, ...] = ("train", "calibration", "dev", "test")
@@ -41,10 +42,6 @@ KINDS: tuple[str, ...] = ("noul", "choice", "score")
 _TOLERANCE = 1e-4
 
 Target: TypeAlias = Union[float, dict[str, float], list[float]]
-
-
-class DataError(Exception):
-    """Root of all data-package errors."""
 
 
 class SchemaError(DataError):

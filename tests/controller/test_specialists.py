@@ -181,3 +181,24 @@ def test_a_specialist_calibration_is_checked_against_its_parents_state_conventio
     write_states(with_specialist, StateConventions())
     with pytest.raises(CalibrationMismatchError, match="states.json"):
         load_specialists(with_specialist)
+
+
+def test_a_specialist_calibration_saved_without_states_records_its_parents(with_specialist: Path, tmp_path: Path) -> None:
+    """Without `states=`, a calibration written into a specialist folder records the conventions of the model
+    directory whose index lists it (it has no states.json of its own, so the folder alone said: the defaults)."""
+    from controller.artifacts import artifact_hash
+    from controller.calibration import Calibration, save_calibration
+    from controller.specialists import load_specialists
+    from controller.states import StateConventions, conventions_dir, write_states
+
+    sub = with_specialist / "specialists" / "relevance"
+    write_states(with_specialist, StateConventions(relevance_dated=True))
+    assert conventions_dir(sub) == with_specialist.resolve() and conventions_dir(with_specialist) == with_specialist
+    save_calibration(Calibration({"noul": 2.0}, artifact_hash(sub)), sub / "calibration.json")
+    assert json.loads((sub / "calibration.json").read_text())["states"]["relevance_dated"] is True
+    assert load_specialists(with_specialist)["relevance"].states == StateConventions(relevance_dated=True)
+    loose = tmp_path / "loose" / "specialists" / "relevance"  # a folder no index lists: its own (absent) file
+    shutil.copytree(sub, loose)
+    assert conventions_dir(loose) == loose
+    save_calibration(Calibration({"noul": 2.0}, artifact_hash(loose)), loose / "calibration.json")
+    assert json.loads((loose / "calibration.json").read_text())["states"]["relevance_dated"] is False
