@@ -75,6 +75,9 @@ def _preference(rng: random.Random, p: b.Person, q: b.Person) -> Need:
 def _event(rng: random.Random, p: b.Person, q: b.Person) -> Need:
     (base, past, _), (base2, _, _) = rng.sample(b.ACTIVITIES, 2)
     d1, d2 = b.date_phrase(rng), b.date_phrase(rng)
+    if d2 == d1:  # the conflicting date must differ, or a consistent evidence set is labelled a contradiction;
+        day, month = d1.split(" ", 1)  # the next day (no draw: every other need is generated as before)
+        d2 = f"{int(day) % 28 + 1} {month}"
     name = _name(rng, p)
     return Need(
         rng.choice((f"When did {name} {base}?", f"On what date did {name} {base}?", f"What day did {name} {base}?")),

@@ -180,10 +180,10 @@ def test_near_miss_pair_and_consolidation_labels_agree() -> None:
             assert cons["link_useful"] == 0.0, key
 
 
-@pytest.mark.xfail(strict=True, reason="label bug reported, generator output kept: retrieval._event can draw the conflicting "
-                                       "fact's date equal to the needed fact's (d1 == d2), so a consistent, sufficient evidence "
-                                       "set is labelled contradiction 1 (e.g. syn:stopping:0:6:00136 in the shipped build)")
 def test_a_conflicting_fact_really_conflicts() -> None:
+    """retrieval._event once drew the conflicting fact's date equal to the needed fact's (d1 == d2), so a
+    consistent, sufficient evidence set was labelled contradiction 1 (syn:stopping:0:6:00136 in the shipped
+    artifact's data build)."""
     rng = random.Random(12)
     for _ in range(6000):
         need = retrieval._need(rng)
