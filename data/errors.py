@@ -13,4 +13,8 @@ class StagingError(DataError, OSError):
     gone. An `OSError` too, so code that caught the system's error before still catches it."""
 
 
-__all__ = ["DataError", "StagingError"]
+class BusyError(DataError):
+    """Another process (or a nested block of this thread) holds the lock of the path to write (`data.paths.exclusive`)."""
+
+
+__all__ = ["BusyError", "DataError", "StagingError"]

@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from controller.files import fsync_file
-from data.errors import StagingError
+from data.errors import BusyError, StagingError
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def recover(directory: str | Path) -> None:
     target = Path(directory)
     if target.is_symlink():
         target = target.resolve()
-    with _lock(target):
+    with exclusive(target):
         _recover(target)
 
 
@@ -118,7 +118,7 @@ def _recover(target: Path) -> None:  # under the directory's lock: every leftove
         shutil.rmtree(leftover, ignore_errors=True)
 
 
-_held: set[tuple[str, int]] = set()  # (directory, thread) holding its lock: a nested block there would deadlock
+_held: set[tuple[str, int]] = set()  # (path, thread) holding its lock: a nested block there would deadlock
 _held_guard = threading.Lock()
 
 
@@ -129,29 +129,35 @@ def _lock_file(real_path: str) -> Path:
 
 
 @contextmanager
-def _lock(target: Path) -> Iterator[None]:
-    """The exclusive lock of `target`'s `staged` blocks, held with `flock` (released by the system when the
-    process dies, so a killed block never leaves it taken). Where there is no `fcntl` (Windows) the blocks are
-    not serialised."""
+def exclusive(path: str | Path, *, wait: bool = True) -> Iterator[None]:
+    """An exclusive lock on `path` (a file or directory, by its real path) across processes and threads, held
+    with `flock`, which the system releases when the process dies, so a killed writer never leaves it taken.
+    `wait`: block until the holder ends (logged once), else raise `BusyError` at once. A nested hold by the same
+    thread is a `BusyError` too (it would wait for itself). Where there is no `fcntl` (Windows) or no lock file
+    can be made (an unwritable temporary directory), writers are not serialised (logged)."""
+    target = Path(path)
     key = os.path.realpath(target)
     mine = (key, threading.get_ident())  # another thread of this process waits at the flock like another process
     with _held_guard:
         if mine in _held:
-            raise StagingError(f"{target} is already being replaced by this process; a nested `staged` block on it would "
-                               "swap an older copy over the inner block's result")
+            raise BusyError(f"{target} is already held by this thread: a nested writer of it would wait for itself")
         _held.add(mine)
     try:
         try:
             import fcntl
-        except ImportError:
+
+            handle = open(_lock_file(key), "a+b")  # noqa: SIM115 - closed below
+        except (ImportError, OSError) as error:
+            log.warning("%s: writers are not serialised here (%s)", target, error)
             yield
             return
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(_lock_file(key), "a+b") as handle:
+        with handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                log.warning("%s: another process is replacing it; waiting for it to finish", target)
+            except BlockingIOError as busy:
+                if not wait:
+                    raise BusyError(f"another process is writing {target}; wait for it to end, or write elsewhere") from busy
+                log.warning("%s: another process is writing it; waiting for it to finish", target)
                 fcntl.flock(handle, fcntl.LOCK_EX)
             try:
                 yield
@@ -171,9 +177,10 @@ def staged(directory: str | Path, *, copy: bool = True, exclude: Collection[str]
     target = Path(directory)
     if target.is_symlink():  # replace the directory it names, not the link
         target = target.resolve()
-    with _lock(target):
+    with exclusive(target):
         _recover(target)
         stage = _staging(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
         if copy and target.is_dir():
             skip = set(exclude)
             shutil.copytree(target, stage, symlinks=True,
@@ -231,4 +238,4 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(code, os.strerror(code), str(a), None, str(b))
 
 
-__all__ = ["StagingError", "fsync_file", "recover", "replacing", "staged", "unreplaceable", "unwritable", "write_text_atomic"]
+__all__ = ["BusyError", "StagingError", "exclusive", "fsync_file", "recover", "replacing", "staged", "unreplaceable", "unwritable", "write_text_atomic"]

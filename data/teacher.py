@@ -9,7 +9,9 @@ Resumable: records are appended to one JSONL file after every request, ids alrea
 skipped, and a torn last line from an interrupted run is ignored. A resume must continue the same work:
 a recorded id whose state or question differs from its input now (the data were rebuilt), or a teacher
 that answers as another model than the one already recorded under this name, stops the run before
-anything is appended (use a new `--out` or `--name`).
+anything is appended (use a new `--out` or `--name`). One run at a time per file: a second run on the same `out`
+(another process) stops at once with `TeacherError`, before it reads or asks anything, instead of appending
+the same answers beside the first run's.
 
 What a teacher gets wrong never becomes a silently wrong target:
 
@@ -49,7 +51,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from data.paths import unwritable
+from data.errors import BusyError
+from data.paths import exclusive, unwritable
 from data.schema import DataError, DecisionExample, DecisionGroup, Target, canonical, group_examples, read_jsonl, write_jsonl
 
 log = logging.getLogger(__name__)
@@ -170,6 +173,15 @@ def distill(
     sleep: Callable[[float], None] = time.sleep,
 ) -> TeacherReport:
     """Ask the teacher about every example not yet recorded in `out`; append its answers there."""
+    try:
+        with exclusive(out, wait=False):  # two runs on one file would ask and record the same examples twice
+            return _distill(examples, out, config, client=client, transport=transport, progress=progress, sleep=sleep)
+    except BusyError as busy:
+        raise TeacherError(f"cannot write teacher records to {out}: {busy}") from busy
+
+
+def _distill(examples: Iterable[DecisionExample], out: str | Path, config: TeacherConfig, *, client: Any, transport: Any,
+             progress: bool, sleep: Callable[[float], None]) -> TeacherReport:
     start = time.perf_counter()
     items = [e for e in examples if not e.source.startswith("teacher:")]
     seen: set[str] = set()

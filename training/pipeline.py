@@ -38,6 +38,7 @@ from training.report import read_json, record_stage, write_json, write_report
 log = logging.getLogger(__name__)
 
 
+_MODEL_WRITERS = ("fit_embedder", "fit", "fit_specialist", "calibrate")  # the stages that swap in a new model directory
 _RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
     "build_data": stage_build_data, "fit": stage_fit, "fit_specialist": stage_fit_specialist, "fit_embedder": stage_fit_embedder, "calibrate": stage_calibrate, "evaluate": stage_evaluate, "export": stage_export,
 }
@@ -50,6 +51,12 @@ def run_stage(cfg: PipelineConfig, stage: str, **options: Any) -> dict[str, Any]
     cfg.run.mkdir(parents=True, exist_ok=True)
     changes = _config_changes(cfg)
     read_json(cfg.run / "stages.json", {})  # a record it cannot update fails here, not after the stage's work
+    if stage in _MODEL_WRITERS:
+        from data.paths import unreplaceable
+
+        problem = unreplaceable(cfg.model)  # replaced whole at the stage's end: found there, it would cost the fit
+        if problem:
+            raise PipelineError(f"cannot write the model directory {cfg.model}: {problem}")
     began = time.perf_counter()
     log.info("stage %s ...", stage)
     summary = _RUNNERS[stage](cfg, **options)

@@ -351,3 +351,22 @@ def test_a_teacher_run_killed_inside_a_multibyte_character_resumes(tmp_path) -> 
     assert report.skipped == 2 and report.written == 1
     ids = [r.id for r in read_jsonl(out)]
     assert sorted(ids) == sorted(teacher_id("open7b", e.id) for e in examples)  # no duplicate, nothing lost
+
+
+@pytest.mark.parametrize("stage", ["fit", "fit_specialist", "calibrate", "fit_embedder"])
+def test_a_model_directory_that_cannot_be_replaced_is_refused_before_the_stage_works(run, monkeypatch, stage) -> None:  # type: ignore[no-untyped-def]
+    """A mount point (or an unwritable parent) was found only at the swap, after the fit: now before anything runs."""
+    import os
+
+    import training.pipeline
+
+    before = snapshot(run.model)
+    worked: list[str] = []
+    monkeypatch.setitem(training.pipeline._RUNNERS, stage, lambda cfg, **kw: worked.append(stage) or {})
+    monkeypatch.setattr(os.path, "ismount", lambda path: Path(path) == run.model.absolute())
+    with pytest.raises(PipelineError, match="mount point"):
+        run_stage(run, stage)
+    assert worked == [] and snapshot(run.model) == before
+    monkeypatch.setattr(os.path, "ismount", lambda path: False)
+    run_stage(run, stage)  # the same stage once the directory can be replaced
+    assert worked == [stage]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import data.paths
-from data.errors import DataError, StagingError
+from data.errors import BusyError, DataError, StagingError
 from data.paths import replacing, staged, unreplaceable
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +72,7 @@ def test_two_processes_staging_one_directory_take_turns_and_lose_no_update(tmp_p
     # the second block copied what the first swapped in: both files, not the second's copy of the old directory
     assert sorted(p.name for p in target.iterdir()) == ["a.txt", "b.txt", "base.txt"]
     assert _leftovers(target) == []
-    assert "another process is replacing it" in waited
+    assert "another process is writing it; waiting" in waited
 
 
 def test_threads_of_one_process_take_turns_too(tmp_path: Path) -> None:
@@ -102,7 +102,7 @@ def test_a_nested_block_on_the_same_directory_is_refused_not_deadlocked(tmp_path
     target = tmp_path / "model"
     with staged(target) as outer:
         (outer / "x").write_text("x", encoding="utf-8")
-        with pytest.raises(StagingError, match="already being replaced"):
+        with pytest.raises(BusyError, match="already held by this thread"):
             with staged(target):
                 pass
     assert (target / "x").read_text(encoding="utf-8") == "x"
@@ -167,3 +167,10 @@ def test_replacing_gives_each_writer_its_own_temporary_path(tmp_path: Path) -> N
         second.write_text("2", encoding="utf-8")
     assert path.read_text(encoding="utf-8") == "1"  # the outer block ended last
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+
+
+def test_a_directory_whose_parents_do_not_exist_yet_is_created(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b" / "model"
+    with staged(target) as stage:
+        (stage / "x").write_text("x", encoding="utf-8")
+    assert (target / "x").read_text(encoding="utf-8") == "x"

@@ -310,3 +310,35 @@ def test_the_command_passes_request_size_timeout_and_retries(tmp_path: Path, mon
     assert _distill_cli(tmp_path, monkeypatch, fake, "--max-questions", "1", "--timeout", "90", "--retries", "2") == 0
     assert (seen[0].max_questions, seen[0].timeout, seen[0].retries) == (1, 90.0, 2)
     assert fake.calls == 3  # one question per request
+
+
+def test_a_second_run_on_the_same_file_stops_before_asking_anything(tmp_path: Path) -> None:
+    """Two runs appending to one file would ask for, and record, the same examples twice (the resume check reads the
+    file once, at the start): the second stops at once, and the first one's file is untouched."""
+    import threading
+
+    from data.paths import exclusive
+
+    out = tmp_path / "teacher.jsonl"
+    _run(FakeTeacher(), out, _examples()[:3])
+    before = out.read_bytes()
+    holding, release = threading.Event(), threading.Event()
+
+    def first_run() -> None:  # another writer of `out` (a thread takes the lock as another process would)
+        with exclusive(out):
+            holding.set()
+            release.wait(10)
+
+    other = threading.Thread(target=first_run)
+    other.start()
+    try:
+        assert holding.wait(10)
+        fake = FakeTeacher()
+        with pytest.raises(TeacherError, match="another process is writing"):
+            _run(fake, out)
+        assert fake.calls == 0 and out.read_bytes() == before
+    finally:
+        release.set()
+        other.join(10)
+    report = _run(FakeTeacher(), out)  # once the first has ended, the file resumes as usual
+    assert report.skipped == 3 and report.written == report.requested - 3
