@@ -60,10 +60,17 @@ def unwritable(path: Path, *, directory: bool) -> str | None:
 
 def unreplaceable(directory: Path) -> str | None:
     """Why `directory` cannot be replaced whole by `staged` (its copy is made, and swapped in, beside it), or None."""
-    target = directory.resolve() if directory.is_symlink() else directory.absolute()
+    target = Path(os.path.realpath(directory))  # a link: the directory it names; `.` and `..`: the one they mean
     if target.is_dir() and os.path.ismount(target):
         return f"{target} is a mount point, which cannot be replaced whole; write into a directory inside it"
-    return unwritable(target, directory=True) or unwritable(target.parent, directory=True)
+    return _holds_cwd(target) or unwritable(target, directory=True) or unwritable(target.parent, directory=True)
+
+
+def _holds_cwd(target: Path) -> str | None:
+    cwd = Path(os.path.realpath(os.getcwd()))
+    if cwd == target or target in cwd.parents:  # replaced, it would leave this process (and a shell) in a deleted directory
+        return f"{target} is or holds the working directory, which cannot be replaced whole; give a directory beside it"
+    return None
 
 
 @contextmanager
@@ -102,9 +109,7 @@ def recover(directory: str | Path) -> None:
     """Undo what an interrupted `staged` block left beside `directory`: a swap cut between its two renames gets
     the old directory back; unfinished copies and old directories of finished swaps are removed. Waits for a
     `staged` block of another process on the same directory to end first."""
-    target = Path(directory)
-    if target.is_symlink():
-        target = target.resolve()
+    target = Path(os.path.realpath(directory))
     with exclusive(target):
         _recover(target)
 
@@ -174,9 +179,10 @@ def staged(directory: str | Path, *, copy: bool = True, exclude: Collection[str]
     empty) that replaces it when the block ends without an exception; with one, the copy is removed and
     `directory` stays as it was. Raises `StagingError` (an `OSError`) when the swap itself fails, with
     `directory` as it was and the copy removed."""
-    target = Path(directory)
-    if target.is_symlink():  # replace the directory it names, not the link
-        target = target.resolve()
+    target = Path(os.path.realpath(directory))  # a link: the directory it names; `x/..`: never a copy inside itself
+    problem = _holds_cwd(target)
+    if problem:
+        raise StagingError(problem)
     with exclusive(target):
         _recover(target)
         stage = _staging(target)

@@ -132,19 +132,45 @@ def shown_url(url: str) -> str:
     return re.sub(r"(?<=//)[^/@]*@", "***@", url)
 
 
+_RECORD_START = b'{"id":"teacher:'  # how every line `distill` appends begins (`DecisionExample.to_json`, id first)
+
+
 def recorded(path: str | Path) -> dict[str, DecisionExample]:
-    """The records of a teacher file by id (empty when there is none); an id recorded twice is an error."""
+    """The records of a teacher file by id (empty when there is none); an id recorded twice is an error, and so
+    is a file that is not one `distill` wrote (`TeacherError`): a record of another source, or a last line cut
+    short that is not the start of a teacher record. Appending to such a file would mix teacher answers into
+    it, and would cut its last line, taken for an interrupted append."""
     path = Path(path)
     out: dict[str, DecisionExample] = {}
     try:
         for record in read_jsonl(path) if path.exists() else ():
+            if not record.source.startswith("teacher:"):
+                raise TeacherError(f"{path} is not a teacher records file: {record.id} has source {record.source!r}; "
+                                   "give --out a file of its own (a new one, or one an earlier run wrote)")
             if record.id in out:
                 raise TeacherError(f"{path} records {record.id} twice (two runs appended to it at once?): "
                                    "keep one record per id before resuming")
             out[record.id] = record
-    except (OSError, UnicodeDecodeError) as error:
+        _check_tail(path)
+    except (OSError, UnicodeDecodeError, DataError) as error:
+        if isinstance(error, TeacherError):
+            raise
         raise TeacherError(f"cannot read teacher records {path}: {error}") from error
     return out
+
+
+def _check_tail(path: Path) -> None:
+    """A last line without its newline must be the beginning of a teacher record (an interrupted append)."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return
+    tail = data[data.rfind(b"\n") + 1:]
+    head = re.sub(rb"\s+", b"", tail[:64])  # `{"id": "teacher:...` as another JSON writer spaces it, too
+    if head and not (head.startswith(_RECORD_START) or _RECORD_START.startswith(head)):
+        raise TeacherError(f"{path} is not a teacher records file: its last line ({tail[:40]!r}...) is not a record "
+                           "or the start of one; give --out a file of its own (a new one, or one an earlier run wrote)")
 
 
 def recorded_ids(path: str | Path) -> set[str]:

@@ -360,6 +360,12 @@ def run(args: argparse.Namespace) -> int:
         raise PipelineError("--record-run keeps a local model's figures; it needs --controller local")
     if args.record_run and cfg.without_focus:
         raise PipelineError("--record-run keeps the standard figures; --without-focus is a check beside them")
+    from data.paths import unwritable
+
+    for flag, folder in (("--out", cfg.out), ("--record-run", Path(args.record_run) if args.record_run else None)):
+        problem = folder is not None and unwritable(folder, directory=True)
+        if problem:  # found at the first write, it would cost the benchmark runs
+            raise PipelineError(f"cannot write {flag} {folder}: {problem}")
     summary = run_ood(cfg)
     print(to_markdown(summary))
     print(f"wrote {cfg.out / 'summary.json'} and {cfg.out / 'summary.md'}", file=sys.stderr)

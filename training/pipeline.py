@@ -48,7 +48,7 @@ def run_stage(cfg: PipelineConfig, stage: str, **options: Any) -> dict[str, Any]
     """Run one stage, record its wall-clock and summary, and refresh metrics.json / MODEL_CARD.md."""
     if stage not in _RUNNERS:
         raise PipelineError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
-    cfg.run.mkdir(parents=True, exist_ok=True)
+    make_run_dir(cfg)
     changes = _config_changes(cfg)
     read_json(cfg.run / "stages.json", {})  # a record it cannot update fails here, not after the stage's work
     if stage in _MODEL_WRITERS:
@@ -70,6 +70,16 @@ def run_stage(cfg: PipelineConfig, stage: str, **options: Any) -> dict[str, Any]
     if (cfg.model / "config.json").exists():  # the card's "reproduce" line names the recipe's command, not this stage's
         write_report(cfg.run, cfg.model, _recipe_command(cfg))
     return summary
+
+
+def make_run_dir(cfg: PipelineConfig) -> None:
+    """Create the run directory; `PipelineError` when it cannot be (a file, under a file, not writable)."""
+    from data.paths import unwritable
+
+    problem = unwritable(cfg.run, directory=True)
+    if problem:
+        raise PipelineError(f"cannot use the run directory {cfg.run}: {problem}")
+    cfg.run.mkdir(parents=True, exist_ok=True)
 
 
 def _recipe_command(cfg: PipelineConfig) -> str:
@@ -118,7 +128,8 @@ def run_all(cfg: PipelineConfig, *, skip_data: bool = False, resume: bool = Fals
     """Every stage in order; returns the final metrics. The run's recipe (`pipeline_config.json`) is this one;
     a stage that the time budget shortened records the change (`config_changes` in stages.json)."""
     began = time.perf_counter()
-    cfg.run.mkdir(parents=True, exist_ok=True)
+    make_run_dir(cfg)
+    read_json(cfg.run / "stages.json", {})  # every stage records into it: a file that is no record stops the run first
     write_json(cfg.run / "pipeline_config.json", cfg.to_json())
     for stage in STAGES:
         if stage == "build_data" and skip_data:

@@ -77,6 +77,9 @@ def stage_fit(cfg: PipelineConfig, *, resume: bool = False) -> dict[str, Any]:
 
     # a family with a specialist of its own is left to it: the main adapter's steps go to the others
     examples = [e for e in split_examples(cfg, "train") if e.family != cfg.specialist]
+    if not examples:
+        left = f" but those of the {cfg.specialist} specialist's family" if cfg.specialist else ""
+        raise PipelineError(f"{cfg.data / 'train.jsonl'} holds no training examples{left}: rebuild the data (build-data)")
     requests, report = prepare_requests(examples, tokenizer(cfg), max_questions=cfg.max_questions,
                                         noul_as_choice_rate=cfg.noul_as_choice_rate, seed=cfg.fit.seed)
     from training.trainer import fit

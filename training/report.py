@@ -18,17 +18,22 @@ ECE_MIN_EXAMPLES = 200
 
 
 def read_json(path: str | Path, default: Any = None) -> Any:
-    """A run record (`default` when the file does not exist); `PipelineError` naming a file that is not JSON."""
+    """A run record, a JSON object (`default` when the file does not exist); `PipelineError` naming a file that
+    is not JSON or not an object (found when it is read, not when a stage's result is recorded into it)."""
+    from training.errors import PipelineError
+
     p = Path(path)
     if not p.exists():
         return default
     try:
-        return json.loads(p.read_text(encoding="utf-8"))
+        value = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:  # ValueError: not JSON, or not UTF-8
-        from training.errors import PipelineError
-
         raise PipelineError(f"cannot read {p}: {error}; if an older run was killed while writing it, delete it "
                             "and rerun the stages that write it") from error
+    if not isinstance(value, dict):
+        raise PipelineError(f"{p} is not a JSON object (it holds {type(value).__name__} JSON): it is not a record of this "
+                            "pipeline; move it away, or give the command another --run-dir")
+    return value
 
 
 def write_json(path: str | Path, value: Any) -> None:

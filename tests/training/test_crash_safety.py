@@ -370,3 +370,35 @@ def test_a_model_directory_that_cannot_be_replaced_is_refused_before_the_stage_w
     monkeypatch.setattr(os.path, "ismount", lambda path: False)
     run_stage(run, stage)  # the same stage once the directory can be replaced
     assert worked == [stage]
+
+
+def test_a_run_directory_that_is_a_file_is_a_message_not_a_traceback(run, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    blocker = tmp_path / "afile"
+    blocker.write_text("not a directory\n", encoding="utf-8")
+    for run_dir in (blocker, blocker / "x"):
+        with pytest.raises(PipelineError, match="cannot use the run directory"):
+            run_stage(replace(run, run_dir=str(run_dir)), "calibrate")
+        with pytest.raises(PipelineError, match="cannot use the run directory"):
+            run_all(replace(run, run_dir=str(run_dir)), skip_data=True)
+    assert blocker.read_text(encoding="utf-8") == "not a directory\n"
+
+
+@pytest.mark.parametrize("name", ["stages.json", "pipeline_config.json"])
+@pytest.mark.parametrize("text", ["[1]", '"x"', "3"])
+def test_a_run_record_that_is_not_an_object_stops_the_stage_before_it_works(run, monkeypatch, name, text) -> None:  # type: ignore[no-untyped-def]
+    """Before: `[1]` in stages.json parsed, so the early check passed, and the stage crashed with a TypeError when it
+    recorded its result, after its work (a fit: after the model was swapped in)."""
+    import training.pipeline
+
+    worked: list[str] = []
+    monkeypatch.setitem(training.pipeline._RUNNERS, "fit", lambda cfg, **kw: worked.append("fit") or {})
+    (run.run / name).write_text(text, encoding="utf-8")
+    with pytest.raises(PipelineError, match="is not a JSON object"):
+        run_stage(run, "fit")
+    assert worked == []
+
+
+def test_a_fit_on_an_empty_training_split_is_a_message(run) -> None:  # type: ignore[no-untyped-def]
+    (run.data / "train.jsonl").write_text("", encoding="utf-8")
+    with pytest.raises(PipelineError, match="holds no training examples"):
+        run_stage(run, "fit")

@@ -122,6 +122,21 @@ def test_cli_builds_the_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, 
     assert "--without-focus is a check beside them" in capsys.readouterr().err and len(seen) == 4
 
 
+def test_an_output_path_that_cannot_be_written_is_refused_before_the_benchmarks_run(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from training.__main__ import main
+
+    ran: list[ood.OodConfig] = []
+    monkeypatch.setattr(ood, "run_ood", lambda cfg: ran.append(cfg))
+    afile = tmp_path / "afile"
+    afile.write_text("x\n", encoding="utf-8")
+    assert main(["ood", "--out", str(afile), "--no-jevbench"]) == 2  # before: FileExistsError after both benchmarks
+    assert "cannot write --out" in capsys.readouterr().err
+    assert main(["ood", "--controller", "local", "--out", str(tmp_path / "o"), "--record-run", str(afile / "run")]) == 2
+    assert "cannot write --record-run" in capsys.readouterr().err
+    assert ran == [] and afile.read_text(encoding="utf-8") == "x\n"
+
+
 def _focus_picker() -> Any:
     """A sys1bench adapter that puts 0.96 on the state's `focus` passage (1/K without one): the leak itself."""
     from sys1bench.adapters.base import finalize_answer

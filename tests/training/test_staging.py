@@ -174,3 +174,38 @@ def test_a_directory_whose_parents_do_not_exist_yet_is_created(tmp_path: Path) -
     with staged(target) as stage:
         (stage / "x").write_text("x", encoding="utf-8")
     assert (target / "x").read_text(encoding="utf-8") == "x"
+
+
+def test_a_path_with_dot_dot_replaces_the_directory_it_means_never_a_copy_inside_itself(tmp_path: Path) -> None:
+    # before: the copy of `a/b/..` was made at `a/b/../.<..>.staging-N`, inside the tree being copied, without end
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "old.txt").write_text("old", encoding="utf-8")
+    with staged(tmp_path / "a" / "b" / "..") as stage:
+        assert stage.parent == tmp_path
+        (stage / "new.txt").write_text("new", encoding="utf-8")
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["b", "new.txt", "old.txt"]
+    assert _leftovers(tmp_path / "a") == []
+
+
+def test_the_working_directory_or_one_that_holds_it_is_not_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    inner = tmp_path / "out" / "inner"
+    inner.mkdir(parents=True)
+    monkeypatch.chdir(inner)
+    for given in (Path("."), Path(".."), inner):
+        problem = unreplaceable(given)
+        assert problem is not None and "working directory" in problem, given
+        with pytest.raises(StagingError, match="working directory"):
+            with staged(given):
+                pass
+    assert unreplaceable(tmp_path / "beside") is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and inner.is_dir()
+
+
+def test_build_data_refuses_the_working_directory_before_it_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from training.__main__ import main
+
+    monkeypatch.chdir(tmp_path)
+    code = main(["build-data", "--out", ".", "--dense", "hashing", "--synthetic-per-family", "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and "working directory" in err and list(tmp_path.iterdir()) == []

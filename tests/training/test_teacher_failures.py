@@ -342,3 +342,41 @@ def test_a_second_run_on_the_same_file_stops_before_asking_anything(tmp_path: Pa
         other.join(10)
     report = _run(FakeTeacher(), out)  # once the first has ended, the file resumes as usual
     assert report.skipped == 3 and report.written == report.requested - 3
+
+
+@pytest.mark.parametrize("content", [
+    b'[{"sample_id": "conv-26", "conversation": {}}]',  # a one-line JSON file without a newline: read as a torn append
+    b'{"id": "x", "note": "not ours"}',
+    b"id,target\n1,0.5",
+])
+def test_an_out_file_that_distill_did_not_write_is_refused_and_kept(tmp_path: Path, content: bytes) -> None:
+    """Before: a last line without its newline was taken for an interrupted append and cut at the first append, so
+    `--out` naming another file (a LoCoMo JSON, a CSV) lost its content."""
+    out = tmp_path / "notes.json"
+    out.write_bytes(content)
+    fake = FakeTeacher()
+    with pytest.raises(TeacherError, match="not a teacher records file|cannot read teacher records"):
+        _run(fake, out)
+    assert fake.calls == 0 and out.read_bytes() == content
+
+
+def test_an_out_file_of_other_decision_examples_is_refused(tmp_path: Path) -> None:
+    from data.schema import write_jsonl
+
+    out = tmp_path / "train.jsonl"  # the split being labelled, given as --out by mistake
+    write_jsonl(out, _examples())
+    before = out.read_bytes()
+    with pytest.raises(TeacherError, match="is not a teacher records file: .* has source"):
+        _run(FakeTeacher(), out)
+    assert out.read_bytes() == before
+
+
+def test_a_teacher_record_cut_short_still_resumes(tmp_path: Path) -> None:
+    out = tmp_path / "teacher.jsonl"
+    _run(FakeTeacher(), out, _examples()[:3])
+    whole = out.read_bytes()
+    for cut in (whole + b'{"id":"teach', whole + b'{"id":"teacher:open7b:x","fam'):
+        out.write_bytes(cut)
+        report = _run(FakeTeacher(), out)
+        assert report.skipped == 3 and len(list(read_jsonl(out))) == report.requested
+        out.write_bytes(whole)
