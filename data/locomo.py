@@ -22,6 +22,8 @@ from data.schema import DataError
 CATEGORY_NAMES: dict[int, str] = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 _DATE_FORMAT = "%I:%M %p on %d %B, %Y"
 _DIA = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)")
+_LOCOMO = "LoCoMo file"  # how messages name the two files a load reads
+_AUDIT = "the --audit file"
 
 
 class LocomoError(DataError, ValueError):
@@ -91,27 +93,16 @@ LOCOMO10_ORDER: tuple[str, ...] = tuple(
 
 def load_locomo(path: str | Path, *, audit: str | Path | None = None, conversations: tuple[str, ...] | None = None) -> list[Conversation]:
     """Read a LoCoMo JSON file (optionally a subset of sample ids), applying audit corrections.
-    `LocomoError` names a file that cannot be read or a record that is not shaped like LoCoMo."""
+    `LocomoError` names a file (the LoCoMo file or the audit file) that cannot be read or a record that is not
+    shaped like LoCoMo."""
     samples = _read_json(path)
-    corrections: dict[tuple[str, str], list[str]] = {}
-    if audit is not None:
-        for i, entry in enumerate(_records(_read_json(audit), audit)):
-            try:
-                fixed = entry.get("correct_evidence")
-                conv_index = int(entry["question_id"].split("_")[1])
-                if not 0 <= conv_index < len(LOCOMO10_ORDER):  # -1 would name the last conversation of locomo10.json
-                    raise ValueError(f"question_id {entry['question_id']!r} names no conversation")
-                question = _text(entry, "question")
-            except (KeyError, TypeError, AttributeError, ValueError, IndexError) as error:
-                raise _shape_error(audit, f"audit entry {i}", error) from error
-            if fixed:
-                corrections[(LOCOMO10_ORDER[conv_index], question)] = fixed
+    corrections = _read_corrections(audit) if audit is not None else {}
     records = _records(samples, path)
     if not records:
         raise LocomoError(f"{path} holds no conversations")
     out: list[Conversation] = []
     for i, sample in enumerate(records):
-        sid = sample.get("sample_id")
+        sid = _sample_id(sample, path, i)
         if conversations is not None and sid not in conversations:
             continue
         try:
@@ -124,6 +115,40 @@ def load_locomo(path: str | Path, *, audit: str | Path | None = None, conversati
     return out
 
 
+def _sample_id(sample: dict, path: str | Path, index: int) -> str:
+    """A sample's `sample_id`: it names the conversation's examples, groups and splits, so it must be text."""
+    sid = sample.get("sample_id")
+    if not isinstance(sid, str) or not sid.strip():
+        raise LocomoError(f"{path} does not look like LoCoMo data: sample {index}: sample_id must be a non-empty string, got {sid!r}")
+    return sid
+
+
+def _read_corrections(audit: str | Path) -> dict[tuple[str, str], list[str]]:
+    """The audit file's corrected evidence by (sample id, question text); `LocomoError` names the audit file."""
+    corrections: dict[tuple[str, str], list[str]] = {}
+    for i, entry in enumerate(_records(_read_json(audit, _AUDIT), audit, _AUDIT)):
+        try:
+            fixed = _evidence_list(entry)
+            conv_index = int(entry["question_id"].split("_")[1])
+            if not 0 <= conv_index < len(LOCOMO10_ORDER):  # -1 would name the last conversation of locomo10.json
+                raise ValueError(f"question_id {entry['question_id']!r} names no conversation")
+            question = _text(entry, "question")
+        except (KeyError, TypeError, AttributeError, ValueError, IndexError) as error:
+            raise _shape_error(audit, f"audit entry {i}", error, _AUDIT) from error
+        if fixed:
+            corrections[(LOCOMO10_ORDER[conv_index], question)] = fixed
+    return corrections
+
+
+def _evidence_list(entry: dict) -> list[str] | None:
+    """An audit entry's `correct_evidence` (None when it has none): anything but a list of dia_id strings would
+    replace the question's evidence with nothing."""
+    fixed = entry.get("correct_evidence")
+    if fixed is not None and (not isinstance(fixed, list) or not all(isinstance(item, str) for item in fixed)):
+        raise ValueError(f"correct_evidence must be a list of dia_id strings, got {fixed!r}")
+    return fixed
+
+
 def _check_corrections_used(corrections: dict[tuple[str, str], list[str]], loaded: list[Conversation],
                             audit: str | Path | None) -> None:
     """A correction for a loaded conversation that names none of its questions is an audit of other data (another
@@ -134,25 +159,29 @@ def _check_corrections_used(corrections: dict[tuple[str, str], list[str]], loade
     if stray:
         shown = "; ".join(f"{sid}: {question!r}" for sid, question in stray[:3])
         more = f" (and {len(stray) - 3} more)" if len(stray) > 3 else ""
-        raise LocomoError(f"{audit} corrects {len(stray)} question(s) the LoCoMo file does not ask: {shown}{more}")
+        raise LocomoError(f"{_AUDIT} {audit} corrects {len(stray)} question(s) the LoCoMo file does not ask: {shown}{more}")
 
 
-def _read_json(path: str | Path) -> object:
+def _read_json(path: str | Path, what: str = _LOCOMO) -> object:
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise LocomoError(f"cannot read LoCoMo file {path}: {error}") from error
+        raise LocomoError(f"cannot read {what} {path}: {error}") from error
 
 
-def _records(data: object, path: str | Path) -> list[dict]:
+def _records(data: object, path: str | Path, what: str = _LOCOMO) -> list[dict]:
     if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
-        raise LocomoError(f"{path} does not look like LoCoMo data: expected a JSON list of objects")
+        raise LocomoError(f"{_not_shaped(path, what)}: expected a JSON list of objects")
     return data
 
 
-def _shape_error(path: str | Path, where: str, error: Exception) -> LocomoError:
+def _not_shaped(path: str | Path, what: str) -> str:
+    return f"{path} does not look like LoCoMo data" if what == _LOCOMO else f"{what} {path} is not a LoCoMo audit"
+
+
+def _shape_error(path: str | Path, where: str, error: Exception, what: str = _LOCOMO) -> LocomoError:
     detail = f"missing {error}" if isinstance(error, KeyError) else str(error)
-    return LocomoError(f"{path} does not look like LoCoMo data: {where}: {detail}")
+    return LocomoError(f"{_not_shaped(path, what)}: {where}: {detail}")
 
 
 def _text(record: dict, key: str, where: str = "") -> str:

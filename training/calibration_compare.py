@@ -20,10 +20,14 @@ import argparse
 import dataclasses
 import json
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from data.paths import write_text_atomic
 from training.predict import Prediction
+
+if TYPE_CHECKING:
+    from training.pipeline_config import PipelineConfig
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "family T, 300 states": {"level": "family", "bias": False, "states": 300},
@@ -107,20 +111,38 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    import torch
+def check_inputs(cfg: PipelineConfig, out: str | None) -> None:
+    """`TrainingError` for a model directory, data directory or `--out` the command cannot use, before any model
+    is loaded."""
+    from data.paths import unwritable
+    from training.errors import TrainingError
+    from training.pipeline_config import require_model
 
+    for flag, given, directory in (("--model-dir", cfg.model_dir, cfg.model), ("--data-dir", cfg.data_dir, cfg.data)):
+        if not directory.is_dir():
+            named = flag if given else f"{flag} (default)"
+            raise TrainingError(f"{named} {directory} {'is not a directory' if directory.exists() else 'does not exist'}")
+    require_model(cfg)  # a directory without a fitted model
+    problem = unwritable(Path(out), directory=False) if out else None
+    if problem:
+        raise TrainingError(f"cannot write --out {out}: {problem}")
+
+
+def run(args: argparse.Namespace) -> int:
     from controller.specialists import load_specialists
+    from training.errors import TrainingError
     from training.pipeline_config import PipelineConfig, heldout_examples, load_model, split_examples, tokenizer
     from training.predict import predict
     from training.sampling import cap_states, prepare_requests
 
     cfg = PipelineConfig(run_dir=args.run_dir, model_dir=args.model_dir, data_dir=args.data_dir, base_path=args.base, progress=False)
+    check_inputs(cfg, args.out)
+    import torch
+
     torch.set_num_threads(cfg.fit.threads)
     specialists = load_specialists(cfg.model, base_path=cfg.base_path)
     if args.specialist and args.specialist not in specialists:
-        print(f"{cfg.model} has no {args.specialist!r} specialist (it has: {', '.join(specialists) or 'none'})")
-        return 2
+        raise TrainingError(f"--model-dir {cfg.model} has no {args.specialist!r} specialist (it has: {', '.join(specialists) or 'none'})")
     model, tok = (specialists[args.specialist] if args.specialist else load_model(cfg)).model, tokenizer(cfg)
 
     def served(e: Any) -> bool:  # the families this model answers

@@ -125,6 +125,13 @@ def fit_embedder(pairs: Sequence[tuple[str, str]], out_dir: Path, config: Embedd
     """Fit the LoRA adapter on `pairs` and save it under `out_dir` (peft's adapter files and `embedder.json`: the
     recipe, the conversations the pairs came from, the pair count and the mean loss of each epoch). Seeded: the same pairs and config give the same
     adapter on the same machine (the command on conv-41..43 gave, byte for byte, the adapter of the probe row of docs/EXPERIMENTS.md)."""
+    if not pairs:
+        raise ValueError("no (question, memory) pairs to fit on")
+    if config.hard_negatives and negatives is None:
+        raise ValueError("hard_negatives needs the mined pools (`locomo_negatives`)")
+    check_base(base)  # found after the fit, or at its first load, it would cost the fit or end in a traceback
+    _check_out(out_dir, "the embedder directory")
+
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModel, AutoTokenizer
@@ -132,10 +139,6 @@ def fit_embedder(pairs: Sequence[tuple[str, str]], out_dir: Path, config: Embedd
     from controller.adapters import quiet_peft
     from controller.embedding import base_model_path
 
-    if not pairs:
-        raise ValueError("no (question, memory) pairs to fit on")
-    if config.hard_negatives and negatives is None:
-        raise ValueError("hard_negatives needs the mined pools (`locomo_negatives`)")
     gold: dict[str, set[str]] = {}
     for question, memory in pairs:
         gold.setdefault(question, set()).add(memory)
@@ -182,10 +185,51 @@ def fit_embedder(pairs: Sequence[tuple[str, str]], out_dir: Path, config: Embedd
 
 def fit_on_conversations(conversations: Sequence[Conversation], out_dir: Path, config: EmbedderFitConfig = EmbedderFitConfig(),
                          *, base: Path | None = None) -> dict[str, Any]:
-    """`fit_embedder` on the LoCoMo `conversations`' pairs (and hard-negative pools when the config draws them)."""
+    """`fit_embedder` on the LoCoMo `conversations`' pairs (and hard-negative pools when the config draws them);
+    `TrainingError` when they hold no answerable question with a gold turn."""
+    from training.errors import TrainingError
+
+    pairs = locomo_pairs(conversations)
+    names = [c.sample_id for c in conversations]
+    if not pairs:
+        raise TrainingError(f"no (question, gold turn) pairs to fit the embedder on in {', '.join(names) or 'no conversation'}: "
+                            "they hold no answerable question (categories 1-4) that cites a turn")
     negatives = locomo_negatives(conversations, config.mine_depth) if config.hard_negatives else None
-    return fit_embedder(locomo_pairs(conversations), out_dir, config, base=base,
-                        conversations=[c.sample_id for c in conversations], negatives=negatives)
+    return fit_embedder(pairs, out_dir, config, base=base, conversations=names, negatives=negatives)
+
+
+def check_base(base: Path | None) -> None:
+    """`TrainingError` unless `base` (None: the installed package, which `base_model_path` checks) is a base model
+    directory: config.json, a weights file and the tokenizer `fit` reads (`controller.template.get_tokenizer`)."""
+    from controller.embedding_onnx import WEIGHT_FILES
+    from controller.errors import BackendUnavailableError
+    from controller.template import get_tokenizer
+    from training.errors import TrainingError
+
+    if base is None:
+        return
+    if not base.is_dir():
+        raise TrainingError(f"--base {base} {'is not a directory' if base.exists() else 'does not exist'}: give a base model directory")
+    lacking = [name for name, found in (("config.json", (base / "config.json").is_file()),
+                                        (" or ".join(WEIGHT_FILES), any((base / w).is_file() for w in WEIGHT_FILES))) if not found]
+    if lacking:
+        raise TrainingError(f"--base {base} is not a base model directory: it has no {' and no '.join(lacking)}")
+    try:
+        get_tokenizer(base)
+    except BackendUnavailableError as error:
+        raise TrainingError(f"--base {base} is not a base model directory: {error}") from error
+    except Exception as error:  # the tokenizers package's own type: a damaged tokenizer.json
+        raise TrainingError(f"--base {base}: cannot read its tokenizer.json: {error}") from error
+
+
+def _check_out(out_dir: Path, name: str) -> None:
+    """`TrainingError` when `out_dir` cannot be replaced whole by the adapter (`data.paths.unreplaceable`)."""
+    from data.paths import unreplaceable
+    from training.errors import TrainingError
+
+    problem = unreplaceable(out_dir)
+    if problem:
+        raise TrainingError(f"cannot write {name} {out_dir}: {problem}")
 
 
 def _draw_negatives(batch: Sequence[tuple[str, str]], pools: Mapping[str, Sequence[str]], n: int, rng: random.Random) -> list[str]:
@@ -232,6 +276,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.conversations:
         raise TrainingError("--conversations names no conversation")
+    check_base(Path(args.base) if args.base else None)
+    _check_out(Path(args.out), "--out")
     conversations = load_locomo(args.locomo, audit=args.audit, conversations=tuple(args.conversations))
     missing = sorted(set(args.conversations) - {c.sample_id for c in conversations})
     if missing:

@@ -90,37 +90,64 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(handler=run)
 
 
+def check_args(args: argparse.Namespace) -> dict[str, int]:
+    """`TrainingError` for flags the command cannot run on, found before any model is loaded; returns the
+    probes asked per side ({"memory": K, "query": K}, sides left off absent)."""
+    from training.errors import TrainingError
+
+    asked_sides = (("memory", args.memory_prior), ("query", args.query_prior))
+    for side, k in asked_sides:
+        if k < 0:
+            raise TrainingError(f"--{side}-prior takes K >= 1 probes per {side} (0: off), got {k}")
+    if args.split != "dev" and (args.cosine or args.served):
+        raise TrainingError("--cosine and --served score the dev split (--cosine fits on the calibration split)")
+    problem = _path_problem(args)
+    if problem:
+        raise TrainingError(problem)
+    return {side: k for side, k in asked_sides if k}
+
+
+def _path_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with `--model-dirs`, `--data-dir` or `--out`, or None."""
+    from data.paths import unwritable
+
+    resolved = [Path(d).resolve() for d in args.model_dirs]  # `/a`, `/./a` and a link to it are one model
+    for i, directory in enumerate(args.model_dirs):
+        if resolved[i] in resolved[:i]:
+            return f"--model-dirs names {resolved[i]} twice (as {directory}); each model is scored once and averaged once"
+    for flag, directory in (("--data-dir", Path(args.data_dir)), *(("--model-dirs", Path(d)) for d in args.model_dirs)):
+        if not directory.is_dir():
+            return f"{flag} {directory} {'is not a directory' if directory.exists() else 'does not exist'}"
+        if flag == "--model-dirs" and not (directory / "config.json").is_file():
+            return f"--model-dirs {directory} is not a model directory (no config.json): give one the fit stage wrote"
+    for split in dict.fromkeys((args.split, *(("calibration",) if args.cosine else ()))):
+        if not (Path(args.data_dir) / f"{split}.jsonl").is_file():
+            return f"--data-dir {args.data_dir} has no {split}.jsonl: build the data there first (build-data --out)"
+    problem = unwritable(Path(args.out), directory=False) if args.out else None
+    return f"cannot write --out {args.out}: {problem}" if problem else None
+
+
 def run(args: argparse.Namespace) -> int:
     from controller.artifacts import load_artifact
     from controller.specialists import load_specialists
     from controller.template import get_tokenizer
     from data.schema import load_examples
+    from training.errors import TrainingError
     from training.pipeline_config import set_torch_threads
     from training.predict import predict
     from training.sampling import prepare_requests
 
-    set_torch_threads(args.threads)
+    set_torch_threads(args.threads)  # --threads first: a flag, before the paths
+    sides = check_args(args)
 
     def relevance(split: str) -> list[Any]:
         return [e for e in load_examples(Path(args.data_dir), split) if e.family == "relevance" and e.source == "locomo"]
 
-    if len(set(args.model_dirs)) != len(args.model_dirs):
-        print("--model-dirs names a directory twice; each model is scored once and averaged once")
-        return 2
-    asked_sides = (("memory", args.memory_prior), ("query", args.query_prior))
-    for side, k in asked_sides:
-        if k < 0:
-            print(f"--{side}-prior takes K >= 1 probes per {side} (0: off), got {k}")
-            return 2
-    sides = {side: k for side, k in asked_sides if k}
-    if args.split != "dev" and (args.cosine or args.served):
-        print("--cosine and --served score the dev split (--cosine fits on the calibration split)")
-        return 2
     examples = relevance(args.split)
     calibration = relevance("calibration") if args.cosine else []
     if not examples or (args.cosine and not calibration):
-        print(f"no LoCoMo relevance examples in {args.data_dir}/{args.split}.jsonl" + (" or calibration.jsonl" if args.cosine else ""))
-        return 2
+        raise TrainingError(f"no LoCoMo relevance examples in {Path(args.data_dir) / f'{args.split}.jsonl'}"
+                            + (" or calibration.jsonl" if args.cosine else "") + ": build the data with a LoCoMo file (build-data --locomo)")
     tokenizer = get_tokenizer(args.base)
     requests, _ = prepare_requests(examples, tokenizer)
     calibration_requests = prepare_requests(calibration, tokenizer)[0] if args.cosine else []
@@ -174,4 +201,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["add_parser", "ensemble_table", "format_table", "mean_predictions", "run"]
+__all__ = ["add_parser", "check_args", "ensemble_table", "format_table", "mean_predictions", "run"]

@@ -127,7 +127,12 @@ def within_budget(cfg: PipelineConfig, elapsed_minutes: float) -> PipelineConfig
 def run_all(cfg: PipelineConfig, *, skip_data: bool = False, resume: bool = False) -> dict[str, Any]:
     """Every stage in order; returns the final metrics. The run's recipe (`pipeline_config.json`) is this one;
     a stage that the time budget shortened records the change (`config_changes` in stages.json)."""
+    from pathlib import Path
+
+    from training.embedder import check_base
+
     began = time.perf_counter()
+    check_base(Path(cfg.base_path) if cfg.base_path else None)  # every fit loads it: a bad one stops the run before the data build
     make_run_dir(cfg)
     read_json(cfg.run / "stages.json", {})  # every stage records into it: a file that is no record stops the run first
     write_json(cfg.run / "pipeline_config.json", cfg.to_json())

@@ -46,3 +46,30 @@ def test_question_level_variants_fit_each_question_and_family_variants_do_not() 
     assert row["n"] == 1600 and row["meets"] == (row["ece"] <= 0.05 and row["ece"] <= row["ece_raw"])
     assert "| question T+b |" in compare_table(result) and "families meeting ECE target" in compare_table(result)
     assert {p.label.catalogue for p in at_level(held, "family")} == {"pair"}
+
+
+def _compare(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    from training.__main__ import main
+
+    code = main(["compare-calibration", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_inputs_it_cannot_use_are_errors_on_stderr(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    model, data, empty = tmp_path / "model", tmp_path / "data", tmp_path / "empty"
+    for directory in (model, data, empty):
+        directory.mkdir()
+    (model / "config.json").write_text("{}", encoding="utf-8")  # no specialists.json: a model without specialists
+    run = ["--run-dir", str(tmp_path / "run")]
+    for argv, message in (
+        (["--model-dir", str(tmp_path / "nomodel"), "--specialist", "nosuch"], f"--model-dir {tmp_path / 'nomodel'} does not exist"),
+        (["--model-dir", str(empty), "--data-dir", str(data)], f"no model directory at {empty}: run the fit stage first"),
+        (["--model-dir", str(model), "--data-dir", str(tmp_path / "zzz")], f"--data-dir {tmp_path / 'zzz'} does not exist"),
+        (["--model-dir", str(model)], f"--data-dir (default) {tmp_path / 'run' / 'data'} does not exist"),
+        (["--model-dir", str(model), "--data-dir", str(data), "--specialist", "nosuch"],
+         f"--model-dir {model} has no 'nosuch' specialist (it has: none)"),
+        (["--model-dir", str(model), "--data-dir", str(data), "--out", str(tmp_path)], f"cannot write --out {tmp_path}: {tmp_path} is a directory, not a file"),
+    ):
+        assert _compare(capsys, *run, *argv) == (2, "", f"error: {message}\n")
+    assert not (tmp_path / "run").exists()

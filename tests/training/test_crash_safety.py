@@ -402,3 +402,17 @@ def test_a_fit_on_an_empty_training_split_is_a_message(run) -> None:  # type: ig
     (run.data / "train.jsonl").write_text("", encoding="utf-8")
     with pytest.raises(PipelineError, match="holds no training examples"):
         run_stage(run, "fit")
+
+
+def test_make_train_with_a_bad_base_stops_before_the_data_build(run, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import training.pipeline
+    from training.errors import TrainingError
+
+    built: list[str] = []
+    monkeypatch.setitem(training.pipeline._RUNNERS, "build_data", lambda cfg, **kw: built.append("data") or {})
+    empty = tmp_path / "empty-base"
+    empty.mkdir()
+    for base in (tmp_path / "nowhere", empty):
+        with pytest.raises(TrainingError, match="--base"):
+            run_all(replace(run, base_path=str(base)))
+    assert built == []

@@ -508,3 +508,59 @@ def test_rule_shares_that_are_not_numbers_are_refused(name: str) -> None:
     # NaN passed every range check: rename_speakers=nan renamed nothing, swap_target=nan labelled negatives nan
     with pytest.raises(DataError, match=f"LocomoRules.{name} must be a finite number, got nan"):
         LocomoRules(**{name: float("nan")})
+
+
+@pytest.mark.parametrize("sample_id", [None, 26, "", "   ", ["conv-30"]])
+def test_a_sample_id_that_is_not_text_is_refused_naming_the_file_and_the_entry(tmp_path: Path, sample_id: object) -> None:
+    from data.locomo import LocomoError
+
+    path, _ = write_locomo_fixture(tmp_path)
+    samples = json.loads(path.read_text(encoding="utf-8"))
+    samples[1]["sample_id"] = sample_id
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(samples), encoding="utf-8")
+    expected = rf"{re.escape(str(bad))} does not look like LoCoMo data: sample 1: sample_id must be a non-empty string, got {re.escape(repr(sample_id))}"
+    for selection in (None, ("conv-26", "conv-41")):  # refused even when the bad entry is not among those asked for
+        with pytest.raises(LocomoError, match=expected):
+            load_locomo(bad, conversations=selection)
+
+
+def _audit_file(tmp_path: Path, content: str) -> Path:
+    audit = tmp_path / "audit.json"
+    audit.write_text(content, encoding="utf-8")
+    return audit
+
+
+def test_errors_in_the_audit_file_name_the_audit_file_not_the_locomo_file(tmp_path: Path) -> None:
+    from data.locomo import LocomoError
+
+    path, _ = write_locomo_fixture(tmp_path)
+    for content, message in (
+        ("{not json", r"^cannot read the --audit file .*audit\.json: "),
+        (json.dumps({"question_id": "locomo_0_qa3"}), r"^the --audit file .*audit\.json is not a LoCoMo audit: expected a JSON list of objects$"),
+        (json.dumps([{"question": "q"}]), r"^the --audit file .*audit\.json is not a LoCoMo audit: audit entry 0: missing 'question_id'$"),
+    ):
+        with pytest.raises(LocomoError, match=message) as info:
+            load_locomo(path, audit=_audit_file(tmp_path, content))
+        assert "LoCoMo file" not in str(info.value) and "LoCoMo data" not in str(info.value)
+    with pytest.raises(LocomoError, match=r"^cannot read the --audit file .*missing\.json"):
+        load_locomo(path, audit=tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("evidence", [7, "D2:6", [7], ["D2:6", None], {"D2:6": True}])
+def test_a_correct_evidence_that_is_not_a_list_of_dia_ids_is_refused(tmp_path: Path, evidence: object) -> None:
+    from data.locomo import LocomoError
+
+    path, _ = write_locomo_fixture(tmp_path)
+    question = json.loads(path.read_text(encoding="utf-8"))[0]["qa"][2]["question"]
+    entries = [{"question_id": "locomo_0_qa1", "question": question, "correct_evidence": ["D2:6"]},
+               {"question_id": "locomo_0_qa3", "question": question, "correct_evidence": evidence}]
+    audit = _audit_file(tmp_path, json.dumps(entries))
+    expected = (rf"^the --audit file {re.escape(str(audit))} is not a LoCoMo audit: audit entry 1: "
+                rf"correct_evidence must be a list of dia_id strings, got {re.escape(repr(evidence))}$")
+    with pytest.raises(LocomoError, match=expected):
+        load_locomo(path, audit=audit)
+    for fine in (None, []):  # no correction: the question keeps its own evidence
+        entries[1]["correct_evidence"] = fine
+        conversation = load_locomo(path, audit=_audit_file(tmp_path, json.dumps(entries)))[0]
+        assert conversation.questions[2].evidence == ("D2:6",)  # the entry 0 correction (same question text) holds

@@ -185,3 +185,94 @@ def test_the_shipped_adapter_records_the_recipe_make_train_runs() -> None:
     shipped = json.loads((TUNED_ADAPTER_DIR / SUMMARY_FILE).read_text())
     assert shipped["config"] == json.loads(json.dumps(asdict(EmbedderFitConfig())))
     assert shipped["conversations"] == ["conv-41", "conv-42", "conv-43"]  # never the dev pair or conv-44
+
+
+def _no_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fit that reaches its first step fails the test: the inputs must be refused before any of its work."""
+    from training import embedder as module
+
+    def refuse(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("the fit ran")
+
+    monkeypatch.setattr(module, "batch_loss", refuse)
+
+
+def _fit_embedder(capsys: pytest.CaptureFixture[str], tmp_path: Path, *extra: str) -> tuple[int, str, str]:
+    from training.__main__ import main
+
+    data, _ = write_locomo(tmp_path)
+    code = main(["fit-embedder", "--locomo", str(data), "--conversations", "conv-26", "--epochs", "1", "--lora-r", "2", *extra])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_the_command_refuses_a_base_that_is_not_a_base_model_directory(tiny_base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    _no_fit(monkeypatch)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "a-file").write_text("x", encoding="utf-8")
+    no_tokenizer = tmp_path / "no-tokenizer"
+    shutil.copytree(tiny_base, no_tokenizer)
+    (no_tokenizer / "tokenizer.json").unlink()
+    out = tmp_path / "emb"
+    for base, message in (
+        (tmp_path / "nonexistent", "does not exist: give a base model directory"),
+        (tmp_path / "a-file", "is not a directory: give a base model directory"),
+        (tmp_path / "empty", "is not a base model directory: it has no config.json and no model.safetensors or pytorch_model.bin"),
+        (no_tokenizer, f"is not a base model directory: tokenizer file not found: {no_tokenizer / 'tokenizer.json'}"),
+    ):
+        code, printed, err = _fit_embedder(capsys, tmp_path, "--out", str(out), "--base", str(base))
+        assert (code, printed, err) == (2, "", f"error: --base {base} {message}\n")
+        assert not out.exists()
+    damaged = tmp_path / "damaged"
+    shutil.copytree(tiny_base, damaged)
+    (damaged / "tokenizer.json").write_text('{"x":', encoding="utf-8")
+    code, printed, err = _fit_embedder(capsys, tmp_path, "--out", str(out), "--base", str(damaged))
+    assert (code, printed) == (2, "") and err.startswith(f"error: --base {damaged}: cannot read its tokenizer.json: ")
+    assert "Traceback" not in err and not out.exists()
+
+
+def test_the_pipeline_stage_refuses_a_bad_base_before_fitting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from training import pipeline
+    from training.errors import TrainingError
+    from training.pipeline_config import PipelineConfig
+
+    _no_fit(monkeypatch)
+    data, audit = write_locomo(tmp_path)
+    cfg = PipelineConfig(run_dir=str(tmp_path / "run"), model_dir=str(tmp_path / "model"), base_path=str(tmp_path / "nonexistent"),
+                         locomo=str(data), audit=str(audit), dev_conversations=("conv-30",), calibration_conversations=())
+    with pytest.raises(TrainingError, match=rf"^--base {tmp_path / 'nonexistent'} does not exist"):
+        pipeline.stage_fit_embedder(cfg)
+    assert not (tmp_path / "model").exists()
+
+
+def test_the_command_refuses_an_out_it_cannot_replace_before_fitting(tiny_base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    _no_fit(monkeypatch)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("kept", encoding="utf-8")
+    for out, problem in ((a_file, f"{a_file} is a file, not a directory"),
+                         (a_file / "emb", f"{a_file} is a file, so {a_file / 'emb'} cannot be created")):
+        code, printed, err = _fit_embedder(capsys, tmp_path, "--out", str(out), "--base", str(tiny_base))
+        assert (code, printed, err) == (2, "", f"error: cannot write --out {out}: {problem}\n")
+    assert a_file.read_text(encoding="utf-8") == "kept"
+
+
+def test_conversations_without_questions_are_a_message_naming_them(tiny_base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    _no_fit(monkeypatch)
+    data, _ = write_locomo(tmp_path)
+    samples = json.loads(data.read_text(encoding="utf-8"))
+    samples[0]["qa"] = []  # conv-26
+    data.write_text(json.dumps(samples), encoding="utf-8")
+    out = tmp_path / "emb"
+    from training.__main__ import main
+
+    code = main(["fit-embedder", "--locomo", str(data), "--conversations", "conv-26", "--out", str(out), "--base", str(tiny_base)])
+    captured = capsys.readouterr()
+    assert (code, captured.out) == (2, "")
+    assert captured.err == ("error: no (question, gold turn) pairs to fit the embedder on in conv-26: they hold no answerable "
+                            "question (categories 1-4) that cites a turn\n")
+    assert not out.exists()

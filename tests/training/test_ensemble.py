@@ -58,3 +58,63 @@ def test_runs_that_do_not_line_up_are_refused() -> None:
         mean_predictions([_run(examples, [1.0, 0.0]), _run(examples[:1], [1.0])])
     with pytest.raises(ValueError, match="at least one"):
         mean_predictions([])
+
+
+def _ensemble(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    from training.__main__ import main
+
+    code = main(["ensemble", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture()
+def dirs(tmp_path):  # type: ignore[no-untyped-def]
+    """A data directory whose dev split holds no LoCoMo relevance example, and a directory shaped like a model."""
+    data, model = tmp_path / "data", tmp_path / "model"
+    data.mkdir()
+    (data / "dev.jsonl").write_text("", encoding="utf-8")
+    model.mkdir()
+    (model / "config.json").write_text("{}", encoding="utf-8")
+    return data, model
+
+
+def test_inputs_it_cannot_use_are_errors_on_stderr(tmp_path, dirs, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    data, model = dirs
+    (tmp_path / "no-data").mkdir()
+    (tmp_path / "empty-model").mkdir()
+    for argv, message in (
+        (["--data-dir", str(tmp_path / "zzz"), "--model-dirs", str(model)], f"--data-dir {tmp_path / 'zzz'} does not exist"),
+        (["--data-dir", str(tmp_path / "no-data"), "--model-dirs", str(model)],
+         f"--data-dir {tmp_path / 'no-data'} has no dev.jsonl: build the data there first (build-data --out)"),
+        (["--data-dir", str(data), "--model-dirs", str(model), "--cosine"],
+         f"--data-dir {data} has no calibration.jsonl: build the data there first (build-data --out)"),
+        (["--data-dir", str(data), "--model-dirs", str(model), str(tmp_path / "nomodel")], f"--model-dirs {tmp_path / 'nomodel'} does not exist"),
+        (["--data-dir", str(data), "--model-dirs", str(tmp_path / "empty-model")],
+         f"--model-dirs {tmp_path / 'empty-model'} is not a model directory (no config.json): give one the fit stage wrote"),
+        (["--data-dir", str(data), "--model-dirs", str(model)],
+         f"no LoCoMo relevance examples in {data / 'dev.jsonl'}: build the data with a LoCoMo file (build-data --locomo)"),
+        (["--data-dir", str(data), "--model-dirs", str(model), "--memory-prior", "-1"], "--memory-prior takes K >= 1 probes per memory (0: off), got -1"),
+    ):
+        assert _ensemble(capsys, *argv) == (2, "", f"error: {message}\n")
+
+
+def test_the_same_directory_named_twice_is_refused_however_it_is_spelled(tmp_path, dirs, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    data, model = dirs
+    (tmp_path / "link").symlink_to(model)
+    for spelling in (str(tmp_path / "." / "model"), str(tmp_path / "link"), str(model) + "/"):
+        code, printed, err = _ensemble(capsys, "--data-dir", str(data), "--model-dirs", str(model), spelling)
+        assert (code, printed) == (2, "") and err.startswith(f"error: --model-dirs names {model.resolve()} twice")
+
+
+def test_an_out_it_cannot_write_is_refused_before_any_work(tmp_path, dirs, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    data, model = dirs
+    a_file = tmp_path / "a-file"
+    a_file.write_text("kept", encoding="utf-8")
+    out = a_file / "table.json"
+    # the dev split has no LoCoMo example: a check at the end would report that instead
+    assert _ensemble(capsys, "--data-dir", str(data), "--model-dirs", str(model), "--out", str(out)) == (
+        2, "", f"error: cannot write --out {out}: {a_file} is a file, so {out} cannot be created\n")
+    assert _ensemble(capsys, "--data-dir", str(data), "--model-dirs", str(model), "--out", str(tmp_path)) == (
+        2, "", f"error: cannot write --out {tmp_path}: {tmp_path} is a directory, not a file\n")
+    assert a_file.read_text(encoding="utf-8") == "kept"

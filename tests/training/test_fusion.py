@@ -100,9 +100,9 @@ def test_cli_ensemble_with_cosine_writes_both_tables(tiny_base, tiny_model, tmp_
     assert fused["mean logit"]["all"]["cosine"] > 0.9  # the hashing cosine sees the shared words
     assert table["models"]["mean logit"]["all"] == fused["mean logit"]["all"]["model"]
     twice = [a if a != str(tmp_path / "m2") else str(tmp_path / "m") for a in args]
-    assert main(twice) == 2 and "twice" in capsys.readouterr().out
+    assert main(twice) == 2 and "twice" in capsys.readouterr().err
     (tmp_path / "data" / "calibration.jsonl").write_text("")
-    assert main(args) == 2 and "calibration.jsonl" in capsys.readouterr().out
+    assert main(args) == 2 and "calibration.jsonl" in capsys.readouterr().err
 
 
 def test_cli_ensemble_scores_the_calibration_split_on_request(tiny_base, tiny_model, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -117,13 +117,13 @@ def test_cli_ensemble_scores_the_calibration_split_on_request(tiny_base, tiny_mo
     save_artifact(tiny_model, tmp_path / "m", base_path=tiny_base)
     args = ["ensemble", "--data-dir", str(tmp_path / "data"), "--model-dirs", str(tmp_path / "m"), "--base", str(tiny_base),
             "--threads", "1"]
-    assert main(args) == 2 and "dev.jsonl" in capsys.readouterr().out
+    assert main(args) == 2 and "dev.jsonl" in capsys.readouterr().err
     out = tmp_path / "table.json"
     assert main([*args, "--split", "calibration", "--out", str(out)]) == 0
     row = json.loads(out.read_text())[str(tmp_path / "m")]
     assert row["all"] is not None and 0.0 <= row["all"] <= 1.0
     assert main([*args, "--split", "calibration", "--cosine"]) == 2
-    assert "score the dev split" in capsys.readouterr().out
+    assert "score the dev split" in capsys.readouterr().err
 
 
 def test_cli_ensemble_scores_a_memory_prior_per_lambda(tiny_base, tiny_model, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -146,10 +146,10 @@ def test_cli_ensemble_scores_a_memory_prior_per_lambda(tiny_base, tiny_model, tm
     assert list(rows) == ["lam=0", "lam=0.25", "lam=0.5", "lam=0.75", "lam=1"]
     assert rows["lam=0"]["all"] == table["models"][str(tmp_path / "m")]["all"]  # lambda 0 is the model as it is
     assert all(0.0 <= row["all"] <= 1.0 for row in rows.values())
-    assert main([*args, "--memory-prior", "-1"]) == 2 and "K >= 1" in capsys.readouterr().out
+    assert main([*args, "--memory-prior", "-1"]) == 2 and "K >= 1" in capsys.readouterr().err
     assert main([*args, "--memory-prior", "2", "--query-prior", "2"]) == 0
     assert "query prior, K=2:" in capsys.readouterr().out
     both = json.loads(out.read_text())
     assert set(both) == {"models", "memory_prior", "query_prior"}
     assert both["query_prior"][str(tmp_path / "m")]["lam=0"]["all"] == table["models"][str(tmp_path / "m")]["all"]
-    assert main([*args, "--query-prior", "-2"]) == 2 and "--query-prior takes K >= 1" in capsys.readouterr().out
+    assert main([*args, "--query-prior", "-2"]) == 2 and "--query-prior takes K >= 1" in capsys.readouterr().err
