@@ -163,7 +163,8 @@ def run(args: argparse.Namespace) -> int:
     print()
     steps = ", ".join(f"{k} {v:.1f}s" for k, v in result.seconds.items())
     print(f"written {sum(counts.values())} examples to {args.out} ({counts})")
-    print(f"dropped: {result.too_long} over-long states, {result.disjoint.dropped} for cross-split text")
+    cross = ", ".join(f"{n} {split}" for split, n in sorted(result.disjoint.dropped.items())) or "none"
+    print(f"dropped: {result.too_long} over-long states; for text shared across splits: {cross}")
     for path, n in result.included.items():
         other = f", {n['other_conversations_dropped']} of LoCoMo conversations outside --train-conversations dropped" \
             if n["other_conversations_dropped"] else ""
