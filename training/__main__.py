@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import re
 import sys
 from collections.abc import Sequence
 
@@ -32,11 +33,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler(args))
     except (DataError, TrainingError, ArtifactError, BackendUnavailableError) as error:  # bad input (data, a model or base directory)
         # or a stage that cannot run: a message, not a traceback
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {flag_names(str(error))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as interrupt:  # Ctrl-C: every file is whole (written atomically); a fit says how to resume
         print(f"interrupted: {interrupt}" if str(interrupt) else "interrupted", file=sys.stderr)
         return 130  # 128 + SIGINT, as a shell reports it
+
+
+# a settings check names the field it refused; the user typed the flag (the flags are the fields, dashed)
+_FIELD = re.compile(r"\b(?:FitConfig|LocomoRules|PipelineConfig|OodConfig|EmbedderFitConfig)\.(\w+)")
+
+
+def flag_names(message: str) -> str:
+    """`FitConfig.max_minutes` -> `--max-minutes` (likewise the other settings classes), and the synthetic
+    builders' `per_family` -> `--synthetic-per-family`, in an error message shown to the command's user."""
+    message = _FIELD.sub(lambda m: "--" + m.group(1).replace("_", "-"), message)
+    return re.sub(r"\bper_family\b", "--synthetic-per-family", message)
 
 
 if __name__ == "__main__":

@@ -116,7 +116,7 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
     """The pipeline configuration of parsed arguments; `PipelineError` names a flag value it cannot take."""
     try:
         fit = FitConfig(**{name: getattr(args, name) for name in _FIT_FLAGS})
-    except ValueError as error:  # refused before any stage runs: a message, not a traceback
+    except ValueError as error:  # refused before any stage runs: a message, not a traceback, naming the flag
         raise PipelineError(str(error)) from error
     unknown = sorted(set(boost_factors(fit.family_boost)) - set(FAMILIES))
     if unknown:
@@ -141,6 +141,10 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
 
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
+    if args.stage in ("all", "build_data"):
+        from training.pipeline_stages import locomo_rules
+
+        locomo_rules(cfg)  # refuses a bad labelling flag now, before the run directory is made
     if args.stage == "all":
         metrics = run_all(cfg, skip_data=args.skip_data, resume=args.resume)
         print(json.dumps({"stages_seconds": metrics.get("stages_seconds"), "acceptance": metrics.get("acceptance")}, indent=1))

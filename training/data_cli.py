@@ -141,20 +141,7 @@ def run(args: argparse.Namespace) -> int:
     problem = unreplaceable(Path(args.out))
     if problem:  # found at the write, it would cost the whole build
         raise DataError(f"cannot write the decision data to {args.out}: {problem}")
-    calibration = tuple(f"locomo:{c}" for c in args.calibration_conversations)
-    config = BuildConfig(
-        locomo=args.locomo, audit=args.audit, synthetic_per_family=args.synthetic_per_family, seed=args.seed,
-        dense=args.dense, plan=SplitPlan(dev_groups=tuple(f"locomo:{c}" for c in args.dev_conversations),
-                                          calibration_groups=calibration), rules=LocomoRules(query_swaps=args.query_swaps, random_swaps=args.random_swaps, swap_target=args.swap_target, observation_queries=args.observation_queries,
-                                                                                   train_hard_negatives=args.train_hard_negatives,
-                                                                                   train_bm25_negatives=args.train_bm25_negatives,
-                                                                                   train_dense_negatives=args.train_dense_negatives,
-                                                                                   relevance_context=args.relevance_context,
-                                                                                   relevance_dated=args.relevance_dated,
-                                                                                   rename_speakers=args.rename_speakers),
-        train_conversations=args.train_conversations, include=tuple(args.include),
-    )
-    result = build_dataset(config)
+    result = _build(args)
     counts = write_build(result, args.out)
     print(format_table(result.summary))
     if args.questions:
@@ -171,3 +158,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"included {path}: {n['read']} read, {n['train']} as training data, {n['held_out_dropped']} of held-out groups dropped{other}")
     print(f"build wall-clock {time.perf_counter() - start:.1f}s ({steps})")
     return 0
+
+
+def _build(args: argparse.Namespace) -> Any:
+    """The build the flags ask for (`build_dataset`'s result)."""
+    calibration = tuple(f"locomo:{c}" for c in args.calibration_conversations)
+    config = BuildConfig(
+        locomo=args.locomo, audit=args.audit, synthetic_per_family=args.synthetic_per_family, seed=args.seed,
+        dense=args.dense, plan=SplitPlan(dev_groups=tuple(f"locomo:{c}" for c in args.dev_conversations),
+                                          calibration_groups=calibration), rules=LocomoRules(query_swaps=args.query_swaps, random_swaps=args.random_swaps, swap_target=args.swap_target, observation_queries=args.observation_queries,
+                                                                                   train_hard_negatives=args.train_hard_negatives,
+                                                                                   train_bm25_negatives=args.train_bm25_negatives,
+                                                                                   train_dense_negatives=args.train_dense_negatives,
+                                                                                   relevance_context=args.relevance_context,
+                                                                                   relevance_dated=args.relevance_dated,
+                                                                                   rename_speakers=args.rename_speakers),
+        train_conversations=args.train_conversations, include=tuple(args.include),
+    )
+    return build_dataset(config)
+

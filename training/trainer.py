@@ -90,8 +90,9 @@ class FitConfig:
                 raise ValueError(f"FitConfig.{name} must lie in [0, 1], got {getattr(self, name)}")
         if self.lora_layers < 0:
             raise ValueError(f"FitConfig.lora_layers must be >= 0 (0: every layer), got {self.lora_layers}")
-        if self.weight_decay < 0 or self.rps_weight < 0 or self.max_minutes < 0 or self.listwise_weight < 0:
-            raise ValueError("weight_decay, rps_weight, listwise_weight and max_minutes must be >= 0")
+        for name in ("weight_decay", "rps_weight", "listwise_weight", "max_minutes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"FitConfig.{name} must be >= 0, got {getattr(self, name)}")
         boost_factors(self.family_boost)  # raises ValueError on a malformed spec
         if not _DEVICE.fullmatch(self.device):
             raise ValueError(f"FitConfig.device must be auto, cpu, cuda or cuda:N, got {self.device!r}")

@@ -185,7 +185,7 @@ def test_included_files_reject_repeated_ids_and_undecodable_bytes_and_keep_train
 
 def test_build_data_refuses_a_swap_target_that_is_not_a_negative(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["build-data", "--out", str(tmp_path / "bad"), "--synthetic-per-family", "4", "--swap-target", "0.7"]) == 2
-    assert "swap_target is a negative's soft target in [0, 0.5)" in capsys.readouterr().err
+    assert "--swap-target is a negative's soft target in [0, 0.5), got 0.7" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
 
 

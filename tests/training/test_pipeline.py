@@ -274,14 +274,18 @@ def test_cli_keeps_build_data_and_adds_the_stages() -> None:
     (["fit", "--family-boost", "relevance"], "family_boost"),
     (["fit", "--family-boost", "relevence=2"], "unknown families in --family-boost: relevence"),
     (["all", "--noul-as-choice-rate", "1.5"], "noul_as_choice_rate"),
+    (["all", "--query-swaps", "-1"], "--query-swaps must be >= 0, got -1"),  # the run directory was made first
+    (["fit", "--lora-dropout", "2"], "--lora-dropout must lie in [0, 1], got 2.0"),
     (["fit-specialist", "--specialist", "relevance", "--specialist-steps", "0"], "specialist_steps"),
     (["fit-specialist", "--specialist", "relevance", "--specialist-sources", "synthetic:typing"], "without ':'"),
     (["ood", "--items", "0"], "items"),
     # NaN and infinity passed the range checks (NaN compares false) and would fit NaN weights or ignore a budget
-    (["fit", "--weight-decay", "nan"], "FitConfig.weight_decay must be a finite number, got nan"),
-    (["fit", "--listwise-weight", "inf"], "FitConfig.listwise_weight must be a finite number, got inf"),
-    (["fit", "--lr", "inf"], "FitConfig.lr must be a finite number, got inf"),
-    (["fit", "--max-minutes", "nan"], "FitConfig.max_minutes must be a finite number"),
+    (["fit", "--weight-decay", "nan"], "--weight-decay must be a finite number, got nan"),
+    (["fit", "--listwise-weight", "inf"], "--listwise-weight must be a finite number, got inf"),
+    (["fit", "--lr", "inf"], "--lr must be a finite number, got inf"),
+    (["fit", "--max-minutes", "nan"], "--max-minutes must be a finite number"),
+    (["fit", "--max-minutes", "-5"], "--max-minutes must be >= 0, got -5.0"),  # the message named four fields, not the one
+    (["fit", "--lora-layers", "-1"], "--lora-layers must be >= 0"),
     (["all", "--total-minutes", "nan"], "total_minutes must be a finite number, got nan"),
     (["fit-specialist", "--specialist", "relevance", "--specialist-max-minutes", "nan"], "specialist_max_minutes must be a finite number"),
 ])
