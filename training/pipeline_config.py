@@ -91,17 +91,17 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         for name in ("specialist_max_minutes", "total_minutes", "finish_minutes", "rename_speakers"):
             if not math.isfinite(getattr(self, name)):  # NaN passes the range checks below and turns a budget off
-                raise PipelineError(f"{name} must be a finite number, got {getattr(self, name)}")
+                raise PipelineError(f"PipelineConfig.{name} must be a finite number, got {getattr(self, name)}")
         if not 0.0 <= self.noul_as_choice_rate <= 1.0:
-            raise PipelineError(f"noul_as_choice_rate must lie in [0, 1], got {self.noul_as_choice_rate}")
+            raise PipelineError(f"PipelineConfig.noul_as_choice_rate must lie in [0, 1], got {self.noul_as_choice_rate}")
         for name in ("specialist_steps", "max_questions"):
             if getattr(self, name) < 1:
-                raise PipelineError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise PipelineError(f"PipelineConfig.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("specialist_lora_layers", "specialist_max_minutes", "prior_min_examples", "synthetic_per_family", "total_minutes", "finish_minutes"):
             if getattr(self, name) < 0:
-                raise PipelineError(f"{name} must be >= 0, got {getattr(self, name)}")
+                raise PipelineError(f"PipelineConfig.{name} must be >= 0, got {getattr(self, name)}")
         if any(not source or ":" in source for source in self.specialist_sources):
-            raise PipelineError(f"specialist_sources takes source names without ':' (locomo, synthetic, teacher), got {list(self.specialist_sources)}")
+            raise PipelineError(f"PipelineConfig.specialist_sources takes source names without ':' (locomo, synthetic, teacher), got {list(self.specialist_sources)}")
         if self.calibration_prior not in CALIBRATION_PRIORS:
             raise PipelineError(f"unknown calibration prior {self.calibration_prior!r}; choose {', '.join(CALIBRATION_PRIORS)}")
 

@@ -103,6 +103,7 @@ def stage_fit_specialist(cfg: PipelineConfig, *, resume: bool = False) -> dict[s
     from training.specialist import SPECIALIST_DIR, fit_specialist, specialist_examples, specialist_fit_config
 
     forget = lambda: forget_records(cfg, ("fit_specialist", *MEASURED))  # noqa: E731  (just before the directory changes)
+    require_model(cfg)  # a specialist sits beside a main model; without --specialist the stage removes the model's own
     if not cfg.specialist:
         if (cfg.model / INDEX).exists() or (cfg.model / SPECIALIST_DIR).exists():
             with staged(cfg.model) as stage:
@@ -114,7 +115,6 @@ def stage_fit_specialist(cfg: PipelineConfig, *, resume: bool = False) -> dict[s
 
     if cfg.specialist not in FAMILIES:
         raise PipelineError(f"unknown specialist family {cfg.specialist!r}; families: {', '.join(FAMILIES)}")
-    require_model(cfg)
     examples = specialist_examples(split_examples(cfg, "train"), cfg.specialist, cfg.specialist_sources)
     requests, _ = prepare_requests(examples, tokenizer(cfg), max_questions=cfg.max_questions,
                                    noul_as_choice_rate=cfg.noul_as_choice_rate, seed=cfg.fit.seed)

@@ -273,10 +273,10 @@ def test_cli_keeps_build_data_and_adds_the_stages() -> None:
     (["fit", "--device", "gpu"], "device must be"),
     (["fit", "--family-boost", "relevance"], "family_boost"),
     (["fit", "--family-boost", "relevence=2"], "unknown families in --family-boost: relevence"),
-    (["all", "--noul-as-choice-rate", "1.5"], "noul_as_choice_rate"),
+    (["all", "--noul-as-choice-rate", "1.5"], "--noul-as-choice-rate must lie in [0, 1], got 1.5"),
     (["all", "--query-swaps", "-1"], "--query-swaps must be >= 0, got -1"),  # the run directory was made first
     (["fit", "--lora-dropout", "2"], "--lora-dropout must lie in [0, 1], got 2.0"),
-    (["fit-specialist", "--specialist", "relevance", "--specialist-steps", "0"], "specialist_steps"),
+    (["fit-specialist", "--specialist", "relevance", "--specialist-steps", "0"], "--specialist-steps must be >= 1, got 0"),
     (["fit-specialist", "--specialist", "relevance", "--specialist-sources", "synthetic:typing"], "without ':'"),
     (["ood", "--items", "0"], "items"),
     # NaN and infinity passed the range checks (NaN compares false) and would fit NaN weights or ignore a budget
@@ -286,8 +286,8 @@ def test_cli_keeps_build_data_and_adds_the_stages() -> None:
     (["fit", "--max-minutes", "nan"], "--max-minutes must be a finite number"),
     (["fit", "--max-minutes", "-5"], "--max-minutes must be >= 0, got -5.0"),  # the message named four fields, not the one
     (["fit", "--lora-layers", "-1"], "--lora-layers must be >= 0"),
-    (["all", "--total-minutes", "nan"], "total_minutes must be a finite number, got nan"),
-    (["fit-specialist", "--specialist", "relevance", "--specialist-max-minutes", "nan"], "specialist_max_minutes must be a finite number"),
+    (["all", "--total-minutes", "nan"], "--total-minutes must be a finite number, got nan"),
+    (["fit-specialist", "--specialist", "relevance", "--specialist-max-minutes", "nan"], "--specialist-max-minutes must be a finite number"),
 ])
 def test_bad_flag_values_are_a_message_and_exit_code_2(argv, message, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     from training.__main__ import main
@@ -637,3 +637,12 @@ def test_make_train_records_a_shortened_specialist_fit(pipeline_run, tmp_path) -
     assert 20.0 < stages["fit_specialist"]["config_changes"]["specialist_max_minutes"] <= 21.0  # 25 - 4 - elapsed
     assert json.loads((tmp_path / "run" / "pipeline_config.json").read_text())["specialist_max_minutes"] == 30.0
     assert "config_changes" not in stages["fit"]
+
+
+def test_fit_specialist_without_a_model_is_a_message_even_without_a_family(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    # without --specialist the stage (which removes a model's specialists) exited 0 and recorded itself for no model
+    from training.__main__ import main
+
+    assert main(["fit-specialist", "--run-dir", str(tmp_path / "r"), "--model-dir", str(tmp_path / "m")]) == 2
+    assert "no model directory at" in capsys.readouterr().err
+    assert not (tmp_path / "r" / "stages.json").exists()
