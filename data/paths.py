@@ -58,6 +58,13 @@ def unwritable(path: Path, *, directory: bool) -> str | None:
     return None if os.access(parent, os.W_OK | os.X_OK) else f"{parent} is not writable, so {path} cannot be created"
 
 
+def not_a_directory(path: Path) -> str | None:
+    """Why `path`, an input directory, cannot be read as one ("does not exist" / "is not a directory"), or None."""
+    if path.is_dir():
+        return None
+    return "is not a directory" if path.exists() else "does not exist"
+
+
 def unreplaceable(directory: Path) -> str | None:
     """Why `directory` cannot be replaced whole by `staged` (its copy is made, and swapped in, beside it), or None."""
     target = Path(os.path.realpath(directory))  # a link: the directory it names; `.` and `..`: the one they mean
@@ -244,4 +251,4 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(code, os.strerror(code), str(a), None, str(b))
 
 
-__all__ = ["BusyError", "StagingError", "exclusive", "fsync_file", "recover", "replacing", "staged", "unreplaceable", "unwritable", "write_text_atomic"]
+__all__ = ["BusyError", "StagingError", "exclusive", "fsync_file", "not_a_directory", "recover", "replacing", "staged", "unreplaceable", "unwritable", "write_text_atomic"]

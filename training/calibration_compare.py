@@ -114,14 +114,14 @@ def add_parser(sub: Any) -> None:
 def check_inputs(cfg: PipelineConfig, out: str | None) -> None:
     """`TrainingError` for a model directory, data directory or `--out` the command cannot use, before any model
     is loaded."""
-    from data.paths import unwritable
+    from data.paths import not_a_directory, unwritable
     from training.errors import TrainingError
     from training.pipeline_config import require_model
 
     for flag, given, directory in (("--model-dir", cfg.model_dir, cfg.model), ("--data-dir", cfg.data_dir, cfg.data)):
-        if not directory.is_dir():
-            named = flag if given else f"{flag} (default)"
-            raise TrainingError(f"{named} {directory} {'is not a directory' if directory.exists() else 'does not exist'}")
+        missing = not_a_directory(directory)
+        if missing:
+            raise TrainingError(f"{flag if given else f'{flag} (default)'} {directory} {missing}")
     require_model(cfg)  # a directory without a fitted model
     problem = unwritable(Path(out), directory=False) if out else None
     if problem:

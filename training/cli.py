@@ -141,11 +141,10 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
 
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
-    if args.stage in ("all", "build_data"):
+    if args.stage == "all":
         from training.pipeline_stages import locomo_rules
 
         locomo_rules(cfg)  # refuses a bad labelling flag now, before the run directory is made
-    if args.stage == "all":
         metrics = run_all(cfg, skip_data=args.skip_data, resume=args.resume)
         print(json.dumps({"stages_seconds": metrics.get("stages_seconds"), "acceptance": metrics.get("acceptance")}, indent=1))
         return 0

@@ -204,12 +204,14 @@ def check_base(base: Path | None) -> None:
     from controller.embedding_onnx import WEIGHT_FILES
     from controller.errors import BackendUnavailableError
     from controller.template import get_tokenizer
+    from data.paths import not_a_directory
     from training.errors import TrainingError
 
     if base is None:
         return
-    if not base.is_dir():
-        raise TrainingError(f"--base {base} {'is not a directory' if base.exists() else 'does not exist'}: give a base model directory")
+    missing = not_a_directory(base)
+    if missing:
+        raise TrainingError(f"--base {base} {missing}: give a base model directory")
     lacking = [name for name, found in (("config.json", (base / "config.json").is_file()),
                                         (" or ".join(WEIGHT_FILES), any((base / w).is_file() for w in WEIGHT_FILES))) if not found]
     if lacking:

@@ -109,15 +109,16 @@ def check_args(args: argparse.Namespace) -> dict[str, int]:
 
 def _path_problem(args: argparse.Namespace) -> str | None:
     """What is wrong with `--model-dirs`, `--data-dir` or `--out`, or None."""
-    from data.paths import unwritable
+    from data.paths import not_a_directory, unwritable
 
     resolved = [Path(d).resolve() for d in args.model_dirs]  # `/a`, `/./a` and a link to it are one model
     for i, directory in enumerate(args.model_dirs):
         if resolved[i] in resolved[:i]:
             return f"--model-dirs names {resolved[i]} twice (as {directory}); each model is scored once and averaged once"
     for flag, directory in (("--data-dir", Path(args.data_dir)), *(("--model-dirs", Path(d)) for d in args.model_dirs)):
-        if not directory.is_dir():
-            return f"{flag} {directory} {'is not a directory' if directory.exists() else 'does not exist'}"
+        missing = not_a_directory(directory)
+        if missing:
+            return f"{flag} {directory} {missing}"
         if flag == "--model-dirs" and not (directory / "config.json").is_file():
             return f"--model-dirs {directory} is not a model directory (no config.json): give one the fit stage wrote"
     for split in dict.fromkeys((args.split, *(("calibration",) if args.cosine else ()))):
