@@ -261,3 +261,24 @@ def preset(name: str) -> EngineConfig:
         return PRESETS[name]
     except KeyError as error:
         raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}", "preset", name) from error
+
+
+def named_config(value: str | None) -> EngineConfig:
+    """A command line's `--config`: None for the default, a preset name, else the path of a JSON config file (any
+    name: `engine.JSON` and `cfg.txt` are files too). A value that is neither a preset nor a readable file is a
+    `ConfigError` that names both choices."""
+    if value is None:
+        return EngineConfig()
+    if value in PRESETS:
+        return PRESETS[value]
+    path = Path(value)
+    if not path.is_file():
+        looks_like_file = path.suffix != "" or any(sep in value for sep in ("/", "\\"))
+        what = f"no config file {value}" if looks_like_file else f"unknown preset {value!r}"
+        raise ConfigError(f"{what}: --config takes a preset ({', '.join(PRESETS)}) or the path of a JSON config file",
+                          "config", value)
+    try:
+        return EngineConfig.from_json(path)
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"cannot read config file {value}: {error}", "config", value) from error
+

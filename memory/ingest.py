@@ -2,8 +2,8 @@
 
 JSONL fields: `text` or `content` (required, non-empty), `speaker` (one line, not blank), `id` (one provenance id) or
 `source_ids` (a string or a list), `observed_at` and `event_time` (ISO 8601), `entities` (list),
-`metadata` (object). Unknown fields are refused, and so are both spellings of one field, so a typo never silently
-drops data; ids and entities are strings (or whole numbers), never objects or nulls turned into text. When a speaker
+`metadata` (object). Unknown fields are refused, and so are both spellings of one field and a key given twice, so a
+typo never silently drops data; ids and entities are strings (or whole numbers), never objects or nulls turned into text. When a speaker
 is given and the text does not already start with it, the stored content is `Speaker: text`, the form LoCoMo turns
 take. Every record is also checked as the engine checks a write (`check_observation`), so whatever `read_jsonl`
 yields can be written: a bad record is refused while the file is read, naming its line, before anything is stored.
@@ -94,13 +94,43 @@ def read_jsonl_lines(path: str | Path) -> Iterator[tuple[int, Observation]]:
             if array:
                 raise InvalidObservationError(f"{path}:{number}: this is a JSON array; JSONL is one JSON object per line "
                                               '(e.g. {"content": "..."}), without the enclosing [ ]')
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise InvalidObservationError(f"{path}:{number}: not valid JSON ({error.msg} at column {error.colno})") from error
+            record = _parse_line(line, f"{path}:{number}")
             if not isinstance(record, dict):
                 raise InvalidObservationError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
             yield number, observation_from_record(record, where=f"{path}:{number}")
+
+
+def _parse_line(line: str, where: str) -> object:
+    """One JSONL line as JSON. Refused, naming `where`: invalid JSON, a key given twice in one object (the parser
+    would keep the last value and drop the first without a word), nesting too deep for the parser, and a number
+    too long for Python to read (over 4,300 digits)."""
+    try:
+        return json.loads(line, object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError as error:
+        raise InvalidObservationError(f"{where}: not valid JSON ({error.msg} at column {error.colno})") from error
+    except _DuplicateKey as error:
+        raise InvalidObservationError(f"{where}: the key {error.key!r} appears twice in one object; give each field once") from error
+    except RecursionError as error:
+        raise InvalidObservationError(f"{where}: nested too deeply to read (arrays or objects inside each other "
+                                      "thousands of levels deep)") from error
+    except ValueError as error:  # int(): "Exceeds the limit (4300 digits) for integer string conversion"
+        raise InvalidObservationError(f"{where}: a number with too many digits to read (the limit is 4,300 digits); "
+                                      "store it as a string") from error
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
 
 
 def turn_observation(turn: Turn) -> Observation:

@@ -29,6 +29,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass
@@ -38,7 +39,7 @@ from typing import Any
 
 from controller.errors import ControllerError
 from memory.errors import MemoryEngineError
-from serving.cli_common import CommandError, UsageError, checked_db, open_engine, progress_bar
+from serving.cli_common import CommandError, UsageError, checked_db, existing_store, open_engine, progress_bar
 from serving.cli_eval import add_eval_parser
 from serving.cli_ingest import add_ingest_parser
 
@@ -63,11 +64,30 @@ def _jsonable(value: Any) -> Any:
 
 
 def _dump(value: Any) -> None:
-    print(json.dumps(_jsonable(value), indent=2, ensure_ascii=False))
+    """`--json` output: UTF-8 JSON, with the characters that would act on a terminal as `\\uXXXX` escapes (the
+    same JSON value; `json.dumps` escapes only those below U+0020)."""
+    text = json.dumps(_jsonable(value), indent=2, ensure_ascii=False)
+    print(_UNSHOWN.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
+
+
+# Characters that would act on the terminal instead of showing: C0 and C1 controls but tab and newline (ESC starts
+# the sequences that recolour, move the cursor or set the window title), DEL, and the bidirectional overrides and
+# isolates that reorder what is shown.
+_UNSHOWN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _shown(text: str, indent: str = "") -> str:
+    """Stored text as the human-readable output prints it: characters that would act on the terminal are written as
+    escapes (`\\x1b`, `\\u202e`), and each further line is indented by `indent`. `--json` output is JSON-escaped
+    instead."""
+    safe = _UNSHOWN.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    return safe.replace("\n", "\n" + indent) if indent else safe
 
 
 # ---------------------------------------------------------------------------------------------- commands
 def cmd_query(args: argparse.Namespace) -> int:
+    if args.k < 1:
+        raise UsageError(f"--k must be a whole number >= 1 (how many evidence items to return), got {args.k}")
     with open_engine(args) as engine:
         result = engine.query(args.text, k=args.k, answer=args.answer)
     if args.json:
@@ -79,15 +99,15 @@ def cmd_query(args: argparse.Namespace) -> int:
           f"controller: {result.controller_requests} requests, {result.controller_questions} questions")
     for rank, e in enumerate(result.evidence, start=1):
         when = e.observed_at.isoformat(sep=" ", timespec="minutes") if e.observed_at else "-"
-        sources = ",".join(e.source_ids) or "-"
+        sources = _shown(",".join(e.source_ids)) or "-"
         print(f"{rank:>3}. [{e.score:.3f}] {e.node_id} via {e.via} (depth {e.depth}) sources {sources} at {when}")
-        print(f"     {e.content}")
+        print(f"     {_shown(e.content, '     ')}")
     print("trace:")
     for step in result.trace:
-        detail = json.dumps(_jsonable(step.detail), ensure_ascii=False)
+        detail = _shown(json.dumps(_jsonable(step.detail), ensure_ascii=False))
         print(f"  {step.phase:<7} {step.elapsed_ms:8.1f} ms  {detail[:200]}")
     if result.answer is not None:
-        print(f"answer ({result.answer_source}):\n{result.answer}")
+        print(f"answer ({result.answer_source}):\n{_shown(result.answer)}")
     return 0
 
 
@@ -99,16 +119,16 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 0
     n = view.node
     print(f"{n.id} ({n.kind}, seq {n.seq}, {n.link_status.value})")
-    print(f"  content:   {n.content}")
-    print(f"  speaker:   {n.speaker or '-'}; observed {n.observed_at or '-'}; event {n.event_time or '-'}")
-    print(f"  sources:   {', '.join(n.source_ids) or '-'}; entities: {', '.join(n.entities) or '-'}")
-    print("  types:     " + (", ".join(f"{k} {v:.2f}" for k, v in n.types.items()) or "-"))
+    print(f"  content:   {_shown(n.content, ' ' * 13)}")
+    print(f"  speaker:   {_shown(n.speaker or '-')}; observed {n.observed_at or '-'}; event {n.event_time or '-'}")
+    print(f"  sources:   {_shown(', '.join(n.source_ids)) or '-'}; entities: {_shown(', '.join(n.entities)) or '-'}")
+    print("  types:     " + (", ".join(f"{_shown(k)} {v:.2f}" for k, v in n.types.items()) or "-"))
     if n.superseded_by:
         print(f"  superseded by {n.superseded_by}")
     for title, edges, other in (("edges", view.edges_out, "dst"), ("backlinks", view.backlinks, "src")):
         print(f"  {title} ({len(edges)}):")
         for e in edges:
-            attrs = f" {json.dumps(e.attrs)}" if e.attrs else ""
+            attrs = f" {json.dumps(e.attrs)}" if e.attrs else ""  # ASCII-escaped JSON
             print(f"    {e.relation:<18} {getattr(e, other)}  {e.origin.value} w={e.weight:.2f}{attrs}")
     return 0
 
@@ -132,7 +152,7 @@ def cmd_relink(args: argparse.Namespace) -> int:
     print(f"assessed {report.assessed} nodes, wrote {report.edges_written} inferred edges, "
           f"{report.controller_questions} controller questions; {len(report.pending)} still pending")
     for node_id, reason in report.errors.items():
-        print(f"  pending {node_id}: {reason}")
+        print(f"  pending {node_id}: {_shown(reason)}")
     return 0
 
 
@@ -153,8 +173,7 @@ def cmd_reembed(args: argparse.Namespace) -> int:
     from memory.reembed import reembed
 
     db = checked_db(args.db)
-    if not db.is_file():
-        raise UsageError(f"no memory store at {db}")
+    existing_store(db)
     result = reembed(db, create_embedder(args.embedder), batch_size=args.batch_size, force=args.force)
     if args.json:
         _dump(result)

@@ -19,19 +19,22 @@ class CommandError(Exception):
 
 
 def checked_db(value: str) -> Path:
-    """`--db`: a file path (an empty one would name the current directory)."""
+    """`--db`: a file path (an empty one would name the current directory; a directory is not a store)."""
     if not value.strip():
         raise UsageError("--db needs a file path (the SQLite memory store)")
+    if Path(value).is_dir():
+        raise UsageError(f"--db {value} is a directory; name the store's file (e.g. {Path(value) / 'memory.db'})")
     return Path(value)
 
 
 def engine_config(value: str | None) -> Any:
-    """`--config`: a preset name, or a JSON file read into an `EngineConfig`; None for the default."""
+    """`--config`: a preset name or the path of a JSON config file (`memory.config.named_config`); None for the
+    default."""
     if value is None:
         return None
-    from memory.config import EngineConfig
+    from memory.config import named_config
 
-    return EngineConfig.from_json(Path(value)) if value.endswith(".json") else value
+    return named_config(value)
 
 
 def open_engine(args: argparse.Namespace, *, create: bool = False, db: Path | None = None) -> Any:
@@ -41,11 +44,23 @@ def open_engine(args: argparse.Namespace, *, create: bool = False, db: Path | No
     from memory.store.sqlite_schema import resolve_embedder
 
     db = checked_db(args.db) if db is None else db
-    if not create and not db.is_file():
-        raise UsageError(f"no memory store at {db} (create one with `jevmem ingest --db {db} ...`)")
+    if not create:
+        existing_store(db)
     embedder = resolve_embedder(db, args.embedder)
     options = {"spinning": False} if args.controller == "local" and args.no_spin else {}
     return Engine.open(db, controller=args.controller, embedder=embedder, config=engine_config(args.config), **options)
+
+
+def existing_store(db: Path) -> None:
+    """A command that reads a store (`query`, `stats`, `show`, `relink`, `reembed`) never creates one: no file, or an
+    empty database file, is a usage error that leaves the file as it was."""
+    from memory.store.sqlite_schema import is_empty_database
+
+    hint = f"(create one with `jevmem ingest --db {db} ...`)"
+    if not db.is_file():
+        raise UsageError(f"no memory store at {db} {hint}")
+    if is_empty_database(db):
+        raise UsageError(f"no memory store at {db}: the file is an empty database {hint}")
 
 
 def progress_bar(total: int, desc: str, *, initial: int = 0, unit: str = "obs") -> Any:
@@ -73,5 +88,5 @@ def checked_adapter(folder: str) -> str:
     return str(folder)
 
 
-__all__ = ["CommandError", "UsageError", "checked_adapter", "checked_db", "engine_config", "load_locomo_file", "open_engine",
-           "progress_bar"]
+__all__ = ["CommandError", "UsageError", "checked_adapter", "checked_db", "engine_config", "existing_store", "load_locomo_file",
+           "open_engine", "progress_bar"]

@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -21,7 +22,7 @@ from fastapi import FastAPI
 
 from controller.backend import Backend
 from serving.app import create_app
-from serving.errors import ListenError, StartupError
+from serving.errors import ListenError, SettingsError, StartupError
 from serving.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,7 @@ def run(
     if isinstance(controller, str):
         given["controller"] = controller
     settings = Settings.from_env(**given, **overrides)
+    preflight(settings, backend)
     sockets = listen(settings.host, settings.port)
     try:
         guard = _StartupGuard(create_app(settings, backend=backend))
@@ -124,6 +126,21 @@ def run(
         raise guard.error
     if not server.started:
         raise StartupError("the server did not start (see the log above)")
+
+
+def preflight(settings: Settings, backend: Backend | None = None) -> None:
+    """What can be checked before the socket is bound and uvicorn logs its start: the controller is a registered
+    backend (unless `backend` is given ready) and the memory store path is not a directory. A `SettingsError` here is
+    one line on the command line, with none of uvicorn's start-up log before it."""
+    from controller.backend import available_backends
+
+    known = available_backends()
+    if backend is None and settings.controller not in known:
+        raise SettingsError(f"unknown controller {settings.controller!r}; available: {', '.join(known)}",
+                            field="controller", value=settings.controller)
+    if settings.memory_db is not None and Path(settings.memory_db).is_dir():
+        raise SettingsError(f"memory store {settings.memory_db} is a directory; name the store's file",
+                            field="memory_db", value=settings.memory_db)
 
 
 def _uvicorn_server(config: Any) -> Any:

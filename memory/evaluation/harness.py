@@ -23,7 +23,7 @@ from controller.client import SystemOneClient
 from controller.embedding import Embedder, MiniLMEmbedder, create_embedder, is_minilm
 from controller.errors import ControllerError
 from data.locomo import Conversation, Question
-from memory.config import EngineConfig, preset
+from memory.config import EngineConfig, named_config
 from memory.engine import Engine
 from memory.errors import MemoryEngineError
 from memory.evaluation import baselines as flat
@@ -220,9 +220,7 @@ def check_engine_systems(config: EvalConfig, engine_factories: Mapping[str, Engi
 
 
 def _engine_config(value: str | None) -> EngineConfig:
-    if value is None:
-        return EngineConfig()
-    return EngineConfig.from_json(Path(value)) if value.endswith(".json") else preset(value)
+    return named_config(value)
 
 
 def _engine_factory(controller: str, config: EvalConfig, embedder: Embedder) -> tuple[EngineFactory, Callable[[], None]]:

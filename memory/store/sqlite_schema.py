@@ -135,6 +135,25 @@ def stored_embedder(path: str | Path) -> str | None:
         return None
 
 
+def is_empty_database(path: str | Path) -> bool:
+    """Whether the file at `path` is an SQLite database without a table (a zero-byte file is one), read-only: what
+    opening it as a store would turn into a new, empty store. False for a store, another database, a file that is
+    not SQLite, or no file."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    if path.stat().st_size == 0:
+        return True
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            return conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0] == 0
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False
+
+
 class UnreadableRowError(ValueError):
     """A stored row whose values cannot be decoded (written by another tool, or damaged)."""
 

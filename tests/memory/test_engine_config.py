@@ -70,3 +70,19 @@ def test_presets() -> None:
     assert preset("fast").expansion_budget < preset("default").expansion_budget < preset("thorough").expansion_budget
     with pytest.raises(ConfigError):
         preset("turbo")
+
+
+def test_named_config_takes_presets_and_files_of_any_name(tmp_path: Path) -> None:
+    from memory.config import named_config
+
+    assert named_config(None) == EngineConfig() and named_config("fast") == PRESETS["fast"]
+    for name in ("c.JSON", "c.conf", "c"):
+        (tmp_path / name).write_text('{"n_seeds": 3}', encoding="utf-8")
+        assert named_config(str(tmp_path / name)).n_seeds == 3
+    with pytest.raises(ConfigError, match="no config file .*missing.json"):
+        named_config(str(tmp_path / "missing.json"))
+    with pytest.raises(ConfigError, match="unknown preset 'fastest'.*default, fast, thorough"):
+        named_config("fastest")
+    (tmp_path / "bytes.json").write_bytes(b"\xff\xfe{")
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        named_config(str(tmp_path / "bytes.json"))

@@ -31,3 +31,19 @@ def test_a_blank_or_multiline_speaker_is_refused_naming_the_line(tmp_path: Path,
     path.write_text('{"text": "fine", "speaker": "Mira"}\n' + json.dumps({"text": "hello", "speaker": speaker}) + "\n")
     with pytest.raises(InvalidObservationError, match=r"notes\.jsonl:2: speaker must"):
         list(read_jsonl(path))
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"content": "a", "speaker": "Mira", "speaker": "Tom"}', "'speaker' appears twice"),
+        ('{"content": ' + "[" * 50_000, "nested too deeply"),  # unbalanced, too: the depth is met first
+        ('{"content": "x", "entities": [' + "1" * 4400 + "]}", "too many digits"),
+    ],
+)
+def test_lines_json_would_read_lossily_or_not_at_all_are_refused(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "obs.jsonl"
+    path.write_text(line + "\n", encoding="utf-8")
+    with pytest.raises(InvalidObservationError, match=message) as caught:
+        list(read_jsonl(path))
+    assert str(caught.value).startswith(f"{path}:1: ")

@@ -98,8 +98,8 @@ def _serve(*argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[st
 @pytest.mark.parametrize(
     ("argv", "env", "message"),
     [
-        (["--db", "{tmp}", "--embedder", "hashing"], {}, "cannot open store at"),  # a directory where the store should be
-        ([], {"JEVMEM_CONTROLLER": "nope"}, "unknown backend 'nope'"),
+        (["--db", "{tmp}", "--embedder", "hashing"], {}, "is a directory; name the store's file"),  # checked before it listens
+        ([], {"JEVMEM_CONTROLLER": "nope"}, "unknown controller 'nope'"),  # checked before it listens
         ([], {"JEVMEM_TOKEN_BUDGET": "3"}, "JEVMEM_TOKEN_BUDGET=3 is below"),
     ],
 )
@@ -109,6 +109,8 @@ def test_a_failed_start_up_is_one_error_line_not_a_traceback(tmp_path: Path, arg
     assert proc.returncode == 2, err
     assert "Traceback" not in err and message in err
     assert [line for line in err.splitlines() if line.startswith("jevmem serve: error:")] == [err.splitlines()[-1]]
+    if "directory" in message or "controller" in message:
+        assert len(err.splitlines()) == 1, err  # no uvicorn start-up log before the error
 
 
 def test_the_server_still_serves_on_the_socket_it_bound_and_stops_on_sigint() -> None:
