@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from controller.strict_json import DuplicateKeyError, number_too_long, unique_object
 from memory.errors import InvalidObservationError
 from memory.types import Observation, has_visible_text
 from memory.write_path import check_observation, check_speaker
@@ -105,32 +106,19 @@ def _parse_line(line: str, where: str) -> object:
     would keep the last value and drop the first without a word), nesting too deep for the parser, and a number
     too long for Python to read (over 4,300 digits)."""
     try:
-        return json.loads(line, object_pairs_hook=_unique_keys)
+        return json.loads(line, object_pairs_hook=unique_object)
     except json.JSONDecodeError as error:
         raise InvalidObservationError(f"{where}: not valid JSON ({error.msg} at column {error.colno})") from error
-    except _DuplicateKey as error:
-        raise InvalidObservationError(f"{where}: the key {error.key!r} appears twice in one object; give each field once") from error
+    except DuplicateKeyError as error:
+        raise InvalidObservationError(f"{where}: {error}; give each field once") from error
     except RecursionError as error:
         raise InvalidObservationError(f"{where}: nested too deeply to read (arrays or objects inside each other "
                                       "thousands of levels deep)") from error
-    except ValueError as error:  # int(): "Exceeds the limit (4300 digits) for integer string conversion"
+    except ValueError as error:
+        if not number_too_long(error):
+            raise
         raise InvalidObservationError(f"{where}: a number with too many digits to read (the limit is 4,300 digits); "
                                       "store it as a string") from error
-
-
-class _DuplicateKey(Exception):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
 
 
 def turn_observation(turn: Turn) -> Observation:

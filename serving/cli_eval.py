@@ -11,6 +11,8 @@ from typing import Any
 
 from serving.cli_common import UsageError, checked_adapter, load_locomo_file
 
+SWEEP_SCORED_AT = 10  # `sweep.sweep_table` reports R_frac@10, R_all@10 and nDCG@10: a sweep's --k must reach 10
+
 
 def add_eval_parser(sub: Any) -> None:
     """The `eval` command and its benchmarks, on the subparsers `sub` of the `jevmem` parser."""
@@ -28,8 +30,11 @@ def add_eval_parser(sub: Any) -> None:
     locomo_source(p)
     p.add_argument("--controller", nargs="+", help="Jev-Mem controllers to run beside the baselines (default: heuristic)")
     p.add_argument("--systems", help="comma list of bm25, dense, rrf, bm25-stemmed, rrf-stemmed, jevmem-<controller>")
-    p.add_argument("--out", help="directory for report.json, questions.jsonl and report.md")
-    p.add_argument("--k", type=int, default=20, help="items per question for every system (default 20)")
+    p.add_argument("--out", help="directory for report.json, questions.jsonl and report.md (one that holds any of "
+                                 "them from an earlier run is refused, unless --force)")
+    p.add_argument("--force", action="store_true", help="with --out: overwrite the report files of an earlier run")
+    p.add_argument("--k", type=int, default=20,
+                   help="items per question for every system (default 20; not below the largest recall cut-off the report scores)")
     p.add_argument("--embedder", choices=EMBEDDERS, default="minilm-tuned", help="the engine's embedder")
     p.add_argument("--embedder-adapter", default=None, metavar="DIR",
                    help="the engine embeds with this LoRA retrieval adapter merged into the base MiniLM (instead of --embedder)")
@@ -37,7 +42,7 @@ def add_eval_parser(sub: Any) -> None:
     p.add_argument("--config", default=None, help="engine preset or JSON config file")
     p.add_argument("--store", choices=("memory", "sqlite"), default="memory", help="fresh store per conversation")
     p.add_argument("--date-style", default="locomo", help="date prefix of the baselines' turn texts")
-    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap draws (default 1000)")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap draws, at least 1 (default 1000)")
     p.add_argument("--reference", default=None, help="paired differences are taken against this system (default rrf, when run)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-write-quality", action="store_true", help="skip candidate / edge recall")
@@ -58,7 +63,8 @@ def add_eval_parser(sub: Any) -> None:
     p.add_argument("--config", default=None, help="base engine preset or JSON config file (the writes use it)")
     p.add_argument("--variants", required=True,
                    help='JSON object or file: variant name -> read-path overrides, e.g. {"as is": {}, "w2": {"relevance_weight": 2}}')
-    p.add_argument("--k", type=int, default=20, help="items per question (default 20)")
+    p.add_argument("--k", type=int, default=20,
+                   help=f"items per question, at least {SWEEP_SCORED_AT}: the table is scored @{SWEEP_SCORED_AT} (default 20)")
     p.add_argument("--embedder", choices=EMBEDDERS, default="minilm-tuned", help="the engine's embedder (cached on disk)")
     p.add_argument("--embedder-adapter", default=None, metavar="DIR",
                    help="the engine embeds with this LoRA retrieval adapter merged into the base MiniLM (instead of --embedder)")
@@ -71,11 +77,12 @@ def add_eval_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_sweep)
 
     p = bench.add_parser("compare", help="paired differences from saved `eval locomo --out` runs, against any system")
-    p.add_argument("runs", nargs="+", metavar="RUN", help="run directories (or their questions.jsonl)")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run directories (or their questions.jsonl), each given once")
     p.add_argument("--reference", required=True,
-                   help="the system subtracted; a name met in several runs is NAME@RUN (the directory's name)")
-    p.add_argument("--draws", type=int, default=1000, help="bootstrap draws (default 1000, as `eval locomo`)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0, as `eval locomo`)")
+                   help="the system subtracted; a name met in several runs is NAME@RUN, RUN the run directory's name, with "
+                        "as many parent directories as tell two runs apart (rrf@a/run and rrf@b/run for a/run and b/run)")
+    p.add_argument("--draws", type=int, default=1000, help="bootstrap draws, at least 1 (default 1000, as `eval locomo`)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed, at least 0 (default 0, as `eval locomo`)")
     p.set_defaults(func=cmd_compare)
 
     p = bench.add_parser("first-stage", help="first-stage recall on LoCoMo per embedder: dense and fused seed rankings, no judge")
@@ -100,12 +107,16 @@ def _eval_conversations(args: argparse.Namespace) -> list[Any]:
     return convs
 
 
-def _checked_out(folder: str | None) -> None:
-    """`--out DIR`: created now and written to once, so a path that cannot take the report fails before the run."""
+def _checked_out(folder: str | None, force: bool = False) -> None:
+    """`--out DIR`: created now and written to once, so a path that cannot take the report fails before the run; one
+    that holds a report of an earlier run is refused unless `force` (the report would overwrite it)."""
     if folder is None:
+        if force:
+            raise UsageError("--force goes with --out (it lets the report overwrite an earlier one there)")
         return
     import tempfile
 
+    _no_earlier_report(Path(folder), force)
     try:
         Path(folder).mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):
@@ -114,17 +125,41 @@ def _checked_out(folder: str | None) -> None:
         raise UsageError(f"--out {folder} is not a writable directory ({error.strerror or error})") from error
 
 
+def _no_earlier_report(folder: Path, force: bool) -> None:
+    """`--out DIR` holds none of the files `write_report` writes (other files are left alone), or `force`."""
+    from memory.evaluation.report import REPORT_FILES
+
+    if not folder.is_dir():
+        return
+    taken = [name for name in REPORT_FILES if (folder / name).exists() or (folder / name).is_symlink()]
+    for name in taken:
+        if (folder / name).is_dir():  # not even --force replaces it: the write would fail after the whole run
+            raise UsageError(f"--out {folder}: {name} is a directory, where the report writes a file")
+    if taken and not force:
+        raise UsageError(f"--out {folder} already holds {', '.join(taken)} of an earlier run; pass another directory, "
+                         "or --force to overwrite them")
+
+
 def _checked_model_dir(folder: str | None) -> None:
     """`--model-dir DIR`: a model directory has its config.json (what the local controller reads first)."""
     if folder is not None and not (Path(folder) / "config.json").is_file():
         raise UsageError(f"--model-dir {folder} holds no config.json (not a local controller model directory)")
 
 
-def _at_least_one(args: argparse.Namespace, *names: str) -> None:
+def _at_least(args: argparse.Namespace, minimum: int, *names: str, why: str = "") -> None:
+    """Each integer flag of `names` (a list flag: each of its values; an unset optional one: nothing) is >= `minimum`."""
     for name in names:
         value = getattr(args, name)
-        if value < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+        for v in value if isinstance(value, list) else [value]:
+            if v is not None and v < minimum:
+                raise UsageError(f"--{name.replace('_', '-')} must be >= {minimum}, got {v}{f' ({why})' if why else ''}")
+
+
+def _report_ks() -> tuple[int, ...]:
+    """The recall cut-offs `eval locomo` scores (EvalConfig's ks): its --k must reach the largest."""
+    from memory.evaluation import EvalConfig
+
+    return EvalConfig().ks
 
 
 def _read_variants(value: str) -> dict[str, Any]:
@@ -157,6 +192,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from memory.evaluation import EvalConfig, run_locomo, to_markdown, write_report
     from memory.evaluation.harness import BASELINES, check_engine_systems
 
+    ks = _report_ks()
+    _at_least(args, max(ks), "k", why=f"the report scores recall at {', '.join(map(str, ks))} items")
+    _at_least(args, 1, "bootstrap", "threads", "max_turns")
+    _at_least(args, 0, "seed")
     if args.systems is not None and args.controller:
         raise UsageError("give either --systems or --controller, not both")
     controllers = args.controller or ["heuristic"]
@@ -176,7 +215,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         spinning=not args.no_spin, reference_system=args.reference or "rrf",
     )
     check_engine_systems(config, {})  # run_locomo checks too; here so that a bad system leaves no --out directory
-    _checked_out(args.out)
+    _checked_out(args.out, args.force)
     report = run_locomo(convs, config, progress=_eval_progress)
     if args.out:
         paths = write_report(report, args.out)
@@ -190,7 +229,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from memory.evaluation import sweep
     from memory.evaluation.harness import _engine_config
 
-    _at_least_one(args, "k", "threads")
+    _at_least(args, SWEEP_SCORED_AT, "k", why=f"the sweep table scores R_frac, R_all and nDCG at {SWEEP_SCORED_AT} items")
+    _at_least(args, 1, "threads")
     _checked_model_dir(args.model_dir)
     variants = _read_variants(args.variants)
     sweep.variant_configs(_engine_config(args.config), variants)  # every variant checked before the first write
@@ -212,12 +252,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from memory.evaluation.compare import CompareError, compare, comparison_markdown, label_runs, read_scores
+    from memory.evaluation.compare import CompareError, compare, comparison_markdown, label_runs, read_scores, run_names
 
-    _at_least_one(args, "draws")
+    _at_least(args, 1, "draws")
+    _at_least(args, 0, "seed")
     try:
-        runs = [read_scores(Path(run)) for run in args.runs]
-        systems = label_runs(runs, [Path(run).name if Path(run).is_dir() else Path(run).parent.name for run in args.runs])
+        names = run_names(args.runs)  # the same run twice is refused before any is read
+        systems = label_runs([read_scores(Path(run)) for run in args.runs], names)
         result = compare(systems, args.reference, draws=args.draws, seed=args.seed)
     except CompareError as error:
         raise UsageError(str(error)) from error
@@ -230,7 +271,7 @@ def cmd_first_stage(args: argparse.Namespace) -> int:
     from memory.evaluation.first_stage import first_stage_recall, format_table
     from memory.evaluation.harness import _embedder, _engine_config
 
-    _at_least_one(args, "threads")
+    _at_least(args, 1, "ks", "threads")
     adapters = [checked_adapter(folder) for folder in dict.fromkeys(args.adapter or ())]
     convs = _eval_conversations(args)
     config = _engine_config(args.config)

@@ -23,6 +23,7 @@ from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException
 from starlette.formparsers import MultiPartException, MultiPartParser
 
+from controller.strict_json import number_too_long, unique_object
 from serving.errors import UnsupportedMediaTypeError
 
 MAX_NESTING = 64  # JSON depth accepted in a request body (state and question content included)
@@ -269,23 +270,32 @@ async def parse_json_off_loop(raw: bytes | str) -> Any:
 
 
 def parse_json(raw: bytes | str) -> Any:
-    """Strict JSON: UTF-8, no NaN / Infinity, bounded nesting. Failures are 422 `json_invalid`."""
+    """Strict JSON: UTF-8, no NaN / Infinity, no key twice in one object, bounded nesting. Failures are 422
+    `json_invalid`."""
 
     def refuse_constant(name: str) -> Any:
         raise ValueError(f"{name} is not valid JSON")
 
     try:
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-        value = json.loads(text, parse_constant=refuse_constant)
+        value = json.loads(text, parse_constant=refuse_constant, object_pairs_hook=unique_object)
     except json.JSONDecodeError as error:
         raise RequestValidationError([_issue(("body", error.pos), f"JSON decode error: {error.msg}", "json_invalid")]) from error
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
-        reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
-        raise RequestValidationError([_issue(("body", 0), f"JSON decode error: {reason}", "json_invalid")]) from error
+        raise RequestValidationError([_issue(("body", 0), f"JSON decode error: {_reason(error)}", "json_invalid")]) from error
     problem = check_tree(value)
     if problem:
         raise RequestValidationError([_issue(("body",), problem, "json_invalid")])
     return value
+
+
+def _reason(error: Exception) -> str:
+    """Why strict JSON parsing failed, in the caller's terms (no advice about Python settings)."""
+    if isinstance(error, RecursionError):
+        return "nested too deeply"
+    if isinstance(error, ValueError) and not isinstance(error, UnicodeDecodeError) and number_too_long(error):
+        return "a number has more than 4,300 digits (send it as a string)"
+    return str(error)
 
 
 def check_tree(value: Any) -> str | None:

@@ -8,8 +8,9 @@ question over the questions both systems answered (matched by conversation and q
 bootstraps as the run's own report (`memory.evaluation.bootstrap`): whole conversations, and questions within
 each conversation.
 
-A system name met in more than one run is called `name@run` (the run directory's name, or its position when
-those clash too), so every column stays one run's system.
+A system name met in more than one run is called `name@run`, `run` the run directory's name, with as many of its
+parent directories as set it apart from the other runs (`rrf@a/run` and `rrf@b/run` for two directories called
+`run`), so every column stays one run's system. The same run given twice is refused (`run_names`).
 """
 
 from __future__ import annotations
@@ -72,11 +73,39 @@ def _score(row: Any) -> QuestionScore:
                          dict(row.get("gold_ranks") or {}))
 
 
+def run_names(runs: Sequence[str | Path]) -> list[str]:
+    """The `run` of each run's `name@run` labels (`label_runs`): the run directory's name, with as many of its parent
+    directories as tell it from the other runs' (`a/run`, `b/run`). A run is a directory or its `questions.jsonl`
+    (a rows file of another name stands for itself); one given twice, however spelled, is a CompareError."""
+    places = [_run_place(Path(run)) for run in runs]
+    given: dict[Path, str] = {}
+    for run, place in zip(runs, places):
+        if place in given:
+            also = f" (also as {given[place]})" if given[place] != str(run) else ""
+            raise CompareError(f"RUN {run} given twice{also}; give each run once")
+        given[place] = str(run)
+    return [_distinct_tail(place, [other for other in places if other != place]) for place in places]
+
+
+def _run_place(path: Path) -> Path:
+    """The resolved directory a RUN argument names (the rows file itself for one not called questions.jsonl)."""
+    path = path.resolve()
+    return path.parent if path.name == "questions.jsonl" and not path.is_dir() else path
+
+
+def _distinct_tail(path: Path, others: Sequence[Path]) -> str:
+    """The shortest tail of `path` (its name, then parent/name, ...) that no path of `others` ends with."""
+    for n in range(1, len(path.parts) + 1):
+        if all(other.parts[-n:] != path.parts[-n:] for other in others):
+            return Path(*path.parts[-n:]).as_posix()
+    return path.as_posix()  # not reached: distinct resolved paths differ in some part
+
+
 def label_runs(runs: Sequence[Mapping[str, list[QuestionScore]]], names: Sequence[str]) -> dict[str, list[QuestionScore]]:
-    """One namespace of systems over several runs: a name met in more than one run becomes `name@<run name>`
-    (`name@<position>` when the run names clash)."""
-    if len(set(names)) < len(names):
-        names = [str(i + 1) for i in range(len(runs))]
+    """One namespace of systems over several runs: a name met in more than one run becomes `name@<run name>`.
+    The run names (`run_names`) must differ."""
+    if len(names) != len(runs) or len(set(names)) < len(names):
+        raise CompareError(f"each run needs a name of its own, got {', '.join(names)} for {len(runs)} runs")
     seen: dict[str, int] = {}
     for run in runs:
         for system in run:
@@ -84,7 +113,10 @@ def label_runs(runs: Sequence[Mapping[str, list[QuestionScore]]], names: Sequenc
     out: dict[str, list[QuestionScore]] = {}
     for run, name in zip(runs, names):
         for system, scores in run.items():
-            out[system if seen[system] == 1 else f"{system}@{name}"] = scores
+            label = system if seen[system] == 1 else f"{system}@{name}"
+            if label in out:  # a system already called like another's label: `a@x` beside `a` of the runs x and y
+                raise CompareError(f"two systems would both be called {label!r}")
+            out[label] = scores
     return out
 
 

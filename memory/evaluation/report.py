@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from data.paths import replacing, write_text_atomic
 from memory.evaluation.bootstrap import MIN_CLUSTERS, Interval
 from memory.evaluation.harness import EvalReport, SystemResult
 from memory.evaluation.metrics import CATEGORY_LABELS, gold_rank_shares
@@ -232,17 +233,22 @@ def _costs(results: list[SystemResult]) -> list[str]:
     return lines
 
 
+_FILES: dict[str, str] = {"json": "report.json", "questions": "questions.jsonl", "markdown": "report.md"}
+REPORT_FILES: tuple[str, ...] = tuple(_FILES.values())  # what `write_report` writes
+
+
 def write_report(report: EvalReport, out_dir: str | Path) -> dict[str, Path]:
-    """Write report.json, questions.jsonl and report.md under `out_dir` (created); returns their paths."""
+    """Write report.json, questions.jsonl and report.md under `out_dir` (created); returns their paths. Each file is
+    written beside its place and renamed over it: an interrupted write leaves the old file (or none), never a cut one."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "report.json", "questions": out / "questions.jsonl", "markdown": out / "report.md"}
-    paths["json"].write_text(json.dumps(report_dict(report), indent=2) + "\n", encoding="utf-8")
-    with paths["questions"].open("w", encoding="utf-8") as fh:
+    paths = {key: out / name for key, name in _FILES.items()}
+    write_text_atomic(paths["json"], json.dumps(report_dict(report), indent=2) + "\n")
+    with replacing(paths["questions"]) as tmp, tmp.open("w", encoding="utf-8") as fh:
         for result in report.systems.values():
             for s in result.scores:
                 row = {"system": result.name, "conversation": s.conversation, "qid": s.qid, "category": s.category,
                        "n_gold": s.n_gold, **s.values, "gold_ranks": s.gold_ranks}
                 fh.write(json.dumps(_clean(row)) + "\n")
-    paths["markdown"].write_text(to_markdown(report), encoding="utf-8")
+    write_text_atomic(paths["markdown"], to_markdown(report))
     return paths

@@ -9,7 +9,7 @@ import pytest
 
 from memory.evaluation import EvalConfig, EvalReport, SystemResult, aggregate, write_report
 from memory.evaluation.bootstrap import paired_differences
-from memory.evaluation.compare import CompareError, compare, label_runs, read_scores
+from memory.evaluation.compare import CompareError, compare, label_runs, read_scores, run_names
 from memory.evaluation.metrics import QuestionScore
 from serving.cli import main
 
@@ -52,9 +52,27 @@ def test_systems_of_two_runs_on_the_same_questions(tmp_path: Path) -> None:
     new = _save(tmp_path / "new", {"jevmem-local": _scores(2, shift=0.3)})
     systems = label_runs([read_scores(old), read_scores(new)], ["old", "new"])
     assert sorted(systems) == ["jevmem-local@new", "jevmem-local@old", "rrf"]
-    assert sorted(label_runs([read_scores(old), read_scores(new)], ["x", "x"])) == ["jevmem-local@1", "jevmem-local@2", "rrf"]
+    with pytest.raises(CompareError, match="each run needs a name of its own"):
+        label_runs([read_scores(old), read_scores(new)], ["x", "x"])
     result = compare(systems, "jevmem-local@old")
     assert result.question["jevmem-local@new"]["R_frac@10 [1-5]"].mean > 0 and result.shared["rrf"] == 36
+
+
+def test_run_names_are_the_directory_names_with_as_many_parents_as_tell_them_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for folder in ("x/a/run", "y/a/run", "b/run", "old"):
+        (tmp_path / folder).mkdir(parents=True)
+    assert run_names([tmp_path / "old", tmp_path / "b/run"]) == ["old", "run"]
+    assert run_names([tmp_path / "b/run", tmp_path / "x/a/run", tmp_path / "old"]) == ["b/run", "a/run", "old"]
+    assert run_names([tmp_path / "x/a/run", tmp_path / "y/a/run", tmp_path / "b/run"]) == ["x/a/run", "y/a/run", "b/run"]
+    monkeypatch.chdir(tmp_path / "b/run")
+    assert run_names([".", "../../old"]) == ["run", "old"]  # the resolved directory's name, never "" or ".."
+    assert run_names(["questions.jsonl", "../../x/a/run/questions.jsonl"]) == ["b/run", "a/run"]  # a rows file: its directory
+    for twice, message in (([".", "."], "RUN . given twice; "), (["../run", "."], r"RUN \. given twice \(also as \.\./run\)"),
+                           ([".", "questions.jsonl"], r"RUN questions.jsonl given twice \(also as \.\)")):
+        with pytest.raises(CompareError, match=message):
+            run_names(twice)
 
 
 def test_unusable_runs_are_clear_errors(tmp_path: Path) -> None:

@@ -93,7 +93,8 @@ async def test_invalid_input_is_422(fake_memory: tuple[httpx2.AsyncClient, FakeE
 
 @pytest.mark.parametrize(
     "raw",
-    [b'{"content": NaN}', b'{"content": "\\udc00 lone"}', b'{"content": "x", "metadata": {"v": Infinity}}', b"[" * 100 + b"]" * 100, b"{"],
+    [b'{"content": NaN}', b'{"content": "\\udc00 lone"}', b'{"content": "x", "metadata": {"v": Infinity}}', b"[" * 100 + b"]" * 100, b"{",
+     b'{"content": "a", "content": "b"}', b'{"content": "x", "metadata": {"n": ' + b"9" * 5000 + b"}}", b"[" * 100_000],
 )
 async def test_bodies_are_parsed_strictly(fake_memory: tuple[httpx2.AsyncClient, FakeEngine], raw: bytes) -> None:
     client, engine = fake_memory

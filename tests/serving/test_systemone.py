@@ -371,3 +371,19 @@ async def test_answers_are_finite_and_strict_json(client: httpx2.AsyncClient) ->
     r = await client.post("/v1/systemone", json=body({"refund": NOUL, "team": CHOICE, "anger": SCORE}, state={"n": 1e308}))
     assert r.status_code == 200
     assert "NaN" not in r.text and "Infinity" not in r.text and _finite(r.json())
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b'{"model": "a", "model": "b"}', "the key 'model' appears twice in one object"),
+        (b'{"state": {"n": ' + b"9" * 5000 + b"}}", "more than 4,300 digits"),
+        (b'{"state": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
+    ],
+)
+async def test_bodies_json_would_read_lossily_or_not_at_all_are_422_in_plain_words(
+    client: httpx2.AsyncClient, raw: bytes, message: str
+) -> None:
+    r = await client.post("/v1/systemone", content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["detail"][0]["type"] == "json_invalid", r.text
+    assert message in r.json()["detail"][0]["msg"] and "set_int_max_str_digits" not in r.text
