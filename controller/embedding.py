@@ -142,7 +142,7 @@ class MiniLMEmbedder:
         path = self._path or base_model_path()
         if self._threads:
             torch.set_num_threads(self._threads)
-        self._tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        self._tokenizer = long_word_tokenizer(AutoTokenizer.from_pretrained(str(path), local_files_only=True))
         model = AutoModel.from_pretrained(str(path), local_files_only=True)
         if self._adapter is not None:
             model = _merge_adapter(model, self._adapter)
@@ -184,6 +184,19 @@ class MiniLMEmbedder:
         with torch.inference_mode():
             hidden = self._model(**enc).last_hidden_state  # (B, T, H)
         return mean_pool(hidden, enc["attention_mask"]).float().numpy()
+
+
+def long_word_tokenizer(tokenizer: Any) -> Any:
+    """A transformers fast tokenizer whose WordPiece reads the first 100 characters of a longer word (a URL, a hash)
+    instead of turning all of it into one `[UNK]` (`controller.template.split_long_words`): what the embedder's
+    ONNX path (`embedding_onnx.load_tokenizer`) and the retrieval adapter's fit (`training.embedder`) read as well.
+    Text without such a word is tokenized as before."""
+    from controller.template import split_long_words
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        split_long_words(backend)
+    return tokenizer
 
 
 def _merge_adapter(model: Any, adapter: Path) -> Any:

@@ -96,7 +96,9 @@ def hidden_size(model_dir: str | Path) -> int:
 def load_tokenizer(model_dir: str | Path, max_length: int) -> Any:
     """tokenizer.json with the padding / truncation the torch path asks for (longest in batch, `max_length`).
 
-    The shipped file bakes in fixed padding and truncation at 128; both are replaced here.
+    The shipped file bakes in fixed padding and truncation at 128; both are replaced here. A word longer than
+    WordPiece reads (100 characters: a URL, a hash) is split as the controller's template splits it
+    (`controller.template.split_long_words`), so its first 100 characters are read instead of one `[UNK]`.
     """
     try:
         from tokenizers import Tokenizer
@@ -111,6 +113,9 @@ def load_tokenizer(model_dir: str | Path, max_length: int) -> Any:
         raise BackendUnavailableError(f"{file} lacks the [PAD] token")
     tok.enable_truncation(max_length=max_length)
     tok.enable_padding(pad_id=pad_id, pad_token="[PAD]")  # no length: pad to the longest in the batch
+    from controller.template import split_long_words
+
+    split_long_words(tok)  # as the torch path does (`long_word_tokenizer`)
     return tok
 
 

@@ -137,7 +137,7 @@ def fit_embedder(pairs: Sequence[tuple[str, str]], out_dir: Path, config: Embedd
     from transformers import AutoModel, AutoTokenizer
 
     from controller.adapters import quiet_peft
-    from controller.embedding import base_model_path
+    from controller.embedding import base_model_path, long_word_tokenizer
 
     gold: dict[str, set[str]] = {}
     for question, memory in pairs:
@@ -145,7 +145,7 @@ def fit_embedder(pairs: Sequence[tuple[str, str]], out_dir: Path, config: Embedd
     base_given, base = base, base or base_model_path()
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
-    tokenizer = AutoTokenizer.from_pretrained(str(base), local_files_only=True)
+    tokenizer = long_word_tokenizer(AutoTokenizer.from_pretrained(str(base), local_files_only=True))
     lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                       target_modules=list(config.targets))
     with quiet_peft():

@@ -236,3 +236,19 @@ def test_stale_temporaries_of_a_killed_build_are_removed(tiny_base_dir: Path, tm
     os.utime(live, (live_time, live_time))  # the next run, days later, finds the entry cached: still swept
     MiniLMEmbedder(tiny_base_dir, runtime="onnx").embed(["again"])
     assert not live.exists() and other.exists()
+
+
+def test_a_word_longer_than_wordpiece_reads_is_embedded_from_its_characters_on_both_paths(
+    onnx_embedder: MiniLMEmbedder, torch_embedder: MiniLMEmbedder
+) -> None:
+    long_word = "lake" * 40  # 160 characters: past WordPiece's 100, one [UNK] without the split
+    other_long = "kids" * 40
+    texts = [f"we met at {long_word} today", f"we met at {other_long} today"]
+    tok = onnx_embedder._onnx.tokenizer
+    unk = tok.token_to_id("[UNK]")
+    ids = tok.encode(texts[0]).ids
+    assert unk not in ids and len(ids) > 8  # the first 100 characters as pieces, the rest too (within the limit)
+    assert torch_embedder._tokenizer(texts[0])["input_ids"] == ids  # both paths tokenize alike
+    got, ref = onnx_embedder.embed(texts), torch_embedder.embed(texts)
+    assert float(np.abs(got - ref).max()) <= 1e-4
+    assert float(np.abs(got[0] - got[1]).max()) > 1e-3  # two different long words no longer embed as the same [UNK]
