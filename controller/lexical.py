@@ -34,19 +34,28 @@ def tokenize(text: str) -> list[str]:
 
 
 # What a store records about its lexical index: a store indexed under another analyzer is re-indexed on open.
-ANALYZER = "tokenize+snowball-english"
+ANALYZER = "tokenize+snowball-english+unstemmed-over-64"
+
+# Tokens longer than this are indexed as they are: no English word is, and the Snowball stemmer's time grows with the
+# square of a token's length (a 1 MB token: about a minute, under the lock every write and query of the process waits
+# on). Such tokens (hashes, base64, URLs run together) are matched exactly.
+STEM_MAX_CHARS = 64
 
 _stem_word: Callable[[str], str] | None = None
 _stem_lock = threading.Lock()  # a Snowball stemmer keeps its state on the object: one word at a time
 
 
-@lru_cache(maxsize=1 << 16)
 def stem(token: str) -> str:
-    """The Snowball English stem of one `tokenize` token ("camped", "camping" -> "camp"); digits stay as they are.
-    Safe from several threads (the server's writes and queries)."""
-    global _stem_word
-    if token.isdigit():
+    """The Snowball English stem of one `tokenize` token ("camped", "camping" -> "camp"); digits and tokens over
+    `STEM_MAX_CHARS` characters stay as they are. Safe from several threads (the server's writes and queries)."""
+    if token.isdigit() or len(token) > STEM_MAX_CHARS:
         return token
+    return _stem(token)
+
+
+@lru_cache(maxsize=1 << 16)
+def _stem(token: str) -> str:
+    global _stem_word
     with _stem_lock:
         if _stem_word is None:  # imported on first use, not at import time
             import snowballstemmer

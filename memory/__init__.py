@@ -16,6 +16,7 @@ from memory.entities import extract_entities, normalise_entity
 from memory.errors import (
     ConfigError,
     ControllerOutputError,
+    EngineClosedError,
     InvalidLinkError,
     InvalidObservationError,
     InvalidQueryError,
@@ -49,6 +50,7 @@ __all__ = [
     "Edge",
     "EdgeOrigin",
     "Engine",
+    "EngineClosedError",
     "EngineConfig",
     "Evidence",
     "InvalidLinkError",

@@ -35,7 +35,14 @@ from memory.candidates import CandidateSet, discover_candidates
 from memory.config import EngineConfig, preset
 from memory.consolidation import ConsolidationReport, consolidate
 from memory.control import Controller
-from memory.errors import ControllerOutputError, InvalidObservationError, InvalidQueryError, SystemTwoError
+from memory.errors import (
+    ConfigError,
+    ControllerOutputError,
+    EngineClosedError,
+    InvalidObservationError,
+    InvalidQueryError,
+    SystemTwoError,
+)
 from memory.read_path import run_query
 from memory.results import NodeView, RelinkReport, Stats
 from memory.store.base import Store
@@ -84,6 +91,13 @@ class Engine:
         self._consolidated: set[tuple[str, str]] = set()
         self._known_names: set[str] | None = None  # speakers so far, the stored ones included (`_names`)
         self._owned: list[Any] = []
+        self._closed = False
+
+    def _check_open(self) -> None:
+        """Every public call runs this under the engine lock: a closed engine refuses instead of working on (an
+        in-memory store) or failing inside the database (SQLite)."""
+        if self._closed:
+            raise EngineClosedError()
 
     @classmethod
     def open(
@@ -102,8 +116,7 @@ class Engine:
         extractive answers only)."""
         from memory.store import open_store
 
-        emb = create_embedder(embedder) if isinstance(embedder, str) else embedder
-        cfg = preset(config) if isinstance(config, str) else (config or EngineConfig())
+        emb, cfg = _open_arguments(path, embedder, config, system_two)
         with ExitStack() as opened:  # on any failure below, close what was opened (an SQLite store holds a lock)
             client = SystemOneClient(controller, **controller_options)
             opened.callback(client.close)
@@ -150,6 +163,7 @@ class Engine:
         """Write in order inside one store transaction (each write's own transaction joins it). On any failure the
         store rolls back and the engine's own state (seq, counters, recent writes, names) is put back as well."""
         with self._lock:
+            self._check_open()
             saved = self._write_state()
             self._seq_checked = False
             try:
@@ -243,6 +257,9 @@ class Engine:
         way the same batch can be sent again (corrected) without duplicating its head. A successful batch stores
         exactly what writing its observations one by one stores: each write sees the batch's earlier ones.
         `progress`, when given, is called with the number written so far after each write (not yet committed)."""
+        if isinstance(observations, Observation) or not isinstance(observations, Iterable):
+            raise InvalidObservationError(f"write_many takes an iterable of Observations (a list, a generator), got "
+                                          f"{type(observations).__name__}; use write for one", observations)
         batch = list(observations)
         for index, obs in enumerate(batch):
             try:
@@ -265,6 +282,7 @@ class Engine:
     def consolidate(self) -> ConsolidationReport:
         """Run consolidation now over the recent writes (it also runs every `consolidation_every` writes)."""
         with self._lock:
+            self._check_open()
             self._seq_checked = False  # a summary's seq is taken inside the transaction that applies it
             return self._consolidate()
 
@@ -280,6 +298,7 @@ class Engine:
             raise InvalidQueryError(f"k must be a whole number >= 1 and budget one >= 0 (got k={k!r}, budget={budget!r})",
                                     (k, budget))
         with self._lock:
+            self._check_open()
             result = run_query(self.store, self.controller, self.embedder, text, self.config, k=k, budget=budget)
         if not answer:
             return result
@@ -299,6 +318,7 @@ class Engine:
     # ------------------------------------------------------------------ lifecycle
     def get(self, node_id: str) -> NodeView:
         with self._lock:
+            self._check_open()
             node = lifecycle.require(self.store, node_id)
             return NodeView(node, tuple(self.store.edges_from(node_id)), tuple(self.store.edges_to(node_id)))
 
@@ -306,6 +326,7 @@ class Engine:
         """Change a node's text: inferred links and the summaries derived from the old text are dropped and the
         node is marked stale (same text: everything kept)."""
         with self._lock:
+            self._check_open()
             node = lifecycle.require(self.store, node_id)
             with self.store.transaction():
                 lifecycle.edit_node(self.store, self.embedder, node, content, self.config, self._names())
@@ -313,8 +334,10 @@ class Engine:
 
     def link(self, src: str, dst: str, relation: str, *, attrs: Mapping[str, Any] | None = None) -> Edge:
         """An explicit (authored) link; no controller call; survives edits; lifts an earlier `unlink` of it."""
-        with self._lock, self.store.transaction():
-            return lifecycle.add_explicit(self.store, src, dst, relation, attrs)
+        with self._lock:
+            self._check_open()
+            with self.store.transaction():
+                return lifecycle.add_explicit(self.store, src, dst, relation, attrs)
 
     def unlink(self, src: str, dst: str, relation: str) -> bool:
         """Remove the link (src, dst, relation), whatever its origin; False if there is none.
@@ -323,24 +346,34 @@ class Engine:
         them): no later judgment, deterministic edge, `relink`, edit or consolidation puts the link back, in
         either direction for a symmetric relation (`SYMMETRIC_RELATIONS`, whose derived reverse edge is removed
         too). `link` on that pair and relation lifts the refusal; deleting either node drops it."""
-        with self._lock, self.store.transaction():
-            edge = next((e for e in self.store.edges_from(src, [relation]) if e.dst == dst), None)
-            if edge is None:
+        lifecycle.check_relation(relation)  # a typo is an error, as in `link`, not "no such link"
+        with self._lock:
+            self._check_open()
+            if not isinstance(src, str) or not isinstance(dst, str):  # no node has such an id
                 return False
-            lifecycle.unlink_edge(self.store, edge)
-            return True
+            with self.store.transaction():
+                edge = next((e for e in self.store.edges_from(src, [relation]) if e.dst == dst), None)
+                if edge is None:
+                    return False
+                lifecycle.unlink_edge(self.store, edge)
+                return True
 
     def set_links(self, node_id: str, links: Sequence[tuple[str, str]]) -> NodeView:
         """Replace the node's explicit outgoing links by `links` ((dst, relation) pairs); [] stays empty."""
         with self._lock:
+            self._check_open()
             with self.store.transaction():
                 lifecycle.set_explicit_links(self.store, node_id, links)
             return self.get(node_id)
 
     def delete(self, node_id: str) -> bool:
         """Delete a node, its edges and the summaries derived from it (one transaction); False if unknown."""
-        with self._lock, self.store.transaction():
-            return lifecycle.delete_node(self.store, node_id)
+        with self._lock:
+            self._check_open()
+            if not isinstance(node_id, str):  # no node has such an id
+                return False
+            with self.store.transaction():
+                return lifecycle.delete_node(self.store, node_id)
 
     def relink(self, node_ids: Sequence[str] | None = None, *,
                progress: Callable[[int, int], None] | None = None) -> RelinkReport:
@@ -348,6 +381,7 @@ class Engine:
         on its own (`lifecycle.relink_nodes`): after a failure the nodes done keep their new links, the error carries
         a note saying how many, and running relink again is safe. `progress` gets (nodes done, nodes to do)."""
         with self._lock:
+            self._check_open()
             if node_ids is None:
                 ids = [*self.store.nodes_with_status(LinkStatus.RELATIONS_PENDING), *self.store.nodes_with_status(LinkStatus.STALE)]
             else:
@@ -357,6 +391,7 @@ class Engine:
     # ------------------------------------------------------------------ bookkeeping
     def stats(self) -> Stats:
         with self._lock:
+            self._check_open()
             usage = self.controller.usage()
             return Stats(
                 nodes=self.store.count_nodes(),
@@ -371,8 +406,10 @@ class Engine:
             )
 
     def close(self) -> None:
-        """Release what `Engine.open` created (a store / client passed in stays the caller's)."""
+        """Release what `Engine.open` created (a store / client passed in stays the caller's). Closing twice is
+        fine; any other call afterwards is an `EngineClosedError`."""
         with self._lock:
+            self._closed = True
             for resource in reversed(self._owned):
                 resource.close()
             self._owned = []
@@ -382,3 +419,32 @@ class Engine:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
+
+
+def _open_arguments(path: object, embedder: object, config: object, system_two: object) -> tuple[Embedder, EngineConfig]:
+    """`Engine.open`'s arguments checked before anything is opened (ConfigError naming the argument): the embedder
+    (a name or an `Embedder`) and the config (an `EngineConfig`, a preset name or None), built; the path and
+    System Two, of the types they may have."""
+    if path is not None and not isinstance(path, (str, Path)):
+        raise ConfigError(f"path must be a file path (str or Path) or None for an in-memory store, got {type(path).__name__}",
+                          "path", path)
+    if not (system_two is None or system_two == "env" or isinstance(system_two, SystemTwo)):
+        raise ConfigError(f"system_two must be a SystemTwo, None or 'env', got {type(system_two).__name__}", "system_two", system_two)
+    if isinstance(embedder, str):
+        try:
+            emb = create_embedder(embedder)
+        except ValueError as error:  # an unknown name
+            raise ConfigError(str(error), "embedder", embedder) from error
+    elif callable(getattr(embedder, "embed", None)) and isinstance(getattr(embedder, "dim", None), Integral):
+        emb = embedder  # type: ignore[assignment]
+    else:
+        raise ConfigError(f"embedder must be an embedder name or an Embedder (embed, dim), got {type(embedder).__name__}",
+                          "embedder", embedder)
+    if isinstance(config, str):
+        cfg = preset(config)
+    elif config is None or isinstance(config, EngineConfig):
+        cfg = config or EngineConfig()
+    else:
+        raise ConfigError(f"config must be an EngineConfig, a preset name or None, got {type(config).__name__}", "config", config)
+    return emb, cfg
+

@@ -60,6 +60,13 @@ class ConfigError(MemoryEngineError, ValueError):
         self.value = value
 
 
+class EngineClosedError(MemoryEngineError):
+    """A call on an engine after `Engine.close` (or the end of its `with` block)."""
+
+    def __init__(self) -> None:
+        super().__init__("this engine is closed (Engine.close, or the end of its with block); open a new one")
+
+
 class ControllerOutputError(MemoryEngineError):
     """A controller answer that is missing, of the wrong kind, non-finite or outside its option set."""
 

@@ -74,7 +74,7 @@ def require(store: Store, node_id: str) -> Node:
 
 
 def check_relation(relation: str) -> str:
-    if relation not in RELATIONS:
+    if not isinstance(relation, str) or relation not in RELATIONS:
         raise InvalidRelationError(relation, RELATIONS)
     return relation
 

@@ -122,10 +122,23 @@ def check_observation(obs: Observation) -> None:
         raise InvalidObservationError(f"speaker must be text or None, got {type(obs.speaker).__name__}", obs.speaker)
     if obs.speaker is not None:
         check_speaker(obs.speaker)
+    _check_texts("source_ids", obs.source_ids, "a tuple or list of id strings (e.g. ('D1:3',))")
+    if obs.entities is not None:
+        _check_texts("entities", obs.entities, "a tuple or list of names, () for none, or None to extract them")
     check_storable(obs)
     reserved = sorted(set(obs.metadata) & RESERVED_METADATA)
     if reserved:
         raise InvalidObservationError(f"metadata key {reserved[0]!r} is reserved by the engine", obs.metadata)
+
+
+def _check_texts(name: str, values: object, expected: str) -> None:
+    """`source_ids` / `entities`: a sequence of strings. A string itself would be read one character per item, and
+    None or an object would be stored as the text 'None' or "{'a': 1}"."""
+    if not isinstance(values, (tuple, list)):
+        raise InvalidObservationError(f"{name} must be {expected}, got {type(values).__name__}", values)
+    for index, value in enumerate(values):
+        if not isinstance(value, str):
+            raise InvalidObservationError(f"{name}[{index}] must be a string, got {type(value).__name__}", value)
 
 
 def make_node(obs: Observation, *, seq: int, config: EngineConfig, known_names: Iterable[str] = ()) -> Node:

@@ -35,10 +35,10 @@ def add_eval_parser(sub: Any) -> None:
     p.add_argument("--force", action="store_true", help="with --out: overwrite the report files of an earlier run")
     p.add_argument("--k", type=int, default=20,
                    help="items per question for every system (default 20; not below the largest recall cut-off the report scores)")
-    p.add_argument("--embedder", choices=EMBEDDERS, default="minilm-tuned", help="the engine's embedder")
+    p.add_argument("--embedder", choices=EMBEDDERS, default="minilm-tuned", help="the engine's embedder (default minilm-tuned)")
     p.add_argument("--embedder-adapter", default=None, metavar="DIR",
                    help="the engine embeds with this LoRA retrieval adapter merged into the base MiniLM (instead of --embedder)")
-    p.add_argument("--baseline-embedder", choices=EMBEDDERS, default="minilm", help="the dense baseline's embedder")
+    p.add_argument("--baseline-embedder", choices=EMBEDDERS, default="minilm", help="the dense baseline's embedder (default minilm)")
     p.add_argument("--config", default=None, help="engine preset or JSON config file")
     p.add_argument("--store", choices=("memory", "sqlite"), default="memory", help="fresh store per conversation")
     p.add_argument("--date-style", default="locomo", help="date prefix of the baselines' turn texts")

@@ -30,6 +30,13 @@ _FIT_FLAGS = ("steps", "tokens_per_step", "max_batch_tokens", "lr", "head_lr", "
               "npair_fraction", "attention_dropout", "dropout", "precision", "lora_r", "lora_alpha", "lora_dropout", "lora_layers", "listwise_weight", "seed", "threads", "checkpoint_every", "max_minutes", "device")
 
 
+# What a FitConfig field means where its name alone does not say it.
+_FIT_HELP: dict[str, str] = {
+    "lora_layers": "LoRA on the top N encoder layers only, 0 for every layer",
+    "family_boost": 'extra draw factors per family, e.g. "relevance=1.7,pair=1.2"',
+}
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", default="runs/jevmem-minilm", help="checkpoints, logs, data and evaluation records (gitignored)")
     p.add_argument("--model-dir", default="", help="model directory (default controller/models/jevmem-minilm)")
@@ -40,7 +47,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     for name in _FIT_FLAGS:
         value = getattr(defaults, name)
         choices = {"dropout": DROPOUT_KINDS, "precision": PRECISIONS}.get(name)
-        p.add_argument("--" + name.replace("_", "-"), type=type(value), default=value, choices=choices, help=f"fit: {name} (default {value})")
+        p.add_argument("--" + name.replace("_", "-"), type=type(value), default=value, choices=choices,
+                       help=f"fit: {_FIT_HELP.get(name, name)} (default {value if value != '' else 'none'})")
     p.add_argument("--noul-as-choice-rate", type=float, default=PipelineConfig.noul_as_choice_rate)
     p.add_argument("--calibration-states", type=int, default=PipelineConfig.calibration_states, help="calibration states per family (0: all)")
     p.add_argument("--eval-states", type=int, default=PipelineConfig.eval_states, help="held-out states per source and family (0: all)")

@@ -49,7 +49,7 @@ def add_parser(sub: Any) -> None:
                    help="comma-separated LoCoMo sample ids held out as the dev split (default conv-26,conv-30; empty: "
                         "none, so they may be trained on and nothing LoCoMo is held out for evaluation)")
     p.add_argument("--calibration-conversations", type=conversation_ids, default=("conv-44",),
-                   help="comma-separated LoCoMo sample ids held out for calibration (empty: none)")
+                   help="comma-separated LoCoMo sample ids held out for calibration (default conv-44; empty: none)")
     p.add_argument("--train-conversations", type=conversation_ids, default=(),
                    help="comma-separated LoCoMo sample ids the train split may use (default: every one not held out)")
     p.add_argument("--questions", action="store_true", help="also print the per-question label balance of the train split")

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 
-from controller.lexical import index_tokens, stem, tokenize
+from controller.lexical import STEM_MAX_CHARS, _stem, index_tokens, stem, tokenize
 
 
 def test_index_terms_are_the_plain_tokens_stemmed() -> None:
@@ -25,9 +25,9 @@ def test_stemming_from_many_threads_gives_the_single_thread_stems() -> None:
     roots = ["running", "camping", "researching", "generously", "happiness", "nationalization", "hopefully", "agreements"]
     words = sorted({rng.choice(roots) + "".join(rng.choice("aeiouxyz") for _ in range(rng.randint(0, 4))) + end
                     for end in ("", "ing", "ed", "s", "ly") for _ in range(3000)})
-    stem.cache_clear()
+    _stem.cache_clear()
     expected = {w: stem(w) for w in words}
-    stem.cache_clear()
+    _stem.cache_clear()
     got: dict[str, str] = {}
     errors: list[BaseException] = []
 
@@ -48,7 +48,7 @@ def test_stemming_from_many_threads_gives_the_single_thread_stems() -> None:
             t.join()
     finally:
         sys.setswitchinterval(interval)
-        stem.cache_clear()
+        _stem.cache_clear()
     assert not errors
     assert got == expected
 
@@ -65,3 +65,17 @@ def test_bm25_scores_do_not_depend_on_the_hash_seed() -> None:
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root,
                            env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(6)}
     assert len(outs) == 1 and outs.pop().startswith("[(0, ")
+
+
+def test_tokens_longer_than_any_word_are_indexed_unstemmed(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # The stemmer's time grows with the square of a token's length (200,000 characters: seconds, under the lock every
+    # write and query waits on), so a token over the bound must never reach it.
+    import controller.lexical as lexical
+
+    assert stem("y" * STEM_MAX_CHARS) == _stem("y" * STEM_MAX_CHARS)  # at the bound: stemmed as before
+    reached: list[int] = []
+    monkeypatch.setattr(lexical, "_stem", lambda token: reached.append(len(token)) or token)
+    long_token = "ay" * 100_000
+    assert stem(long_token) == long_token and index_tokens(f"camping {long_token}") == ["camping", long_token]
+    assert reached == [len("camping")]
+    assert stem("generously" + "s" * STEM_MAX_CHARS) == "generously" + "s" * STEM_MAX_CHARS
