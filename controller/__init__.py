@@ -19,6 +19,7 @@ from controller.backend import (
 from controller.client import AsyncSystemOneClient, SystemOneClient
 from controller.errors import (
     ArtifactError,
+    BackendOptionError,
     BackendError,
     BackendUnavailableError,
     CalibrationMismatchError,
@@ -37,6 +38,7 @@ __all__ = [
     "AsyncSystemOneClient",
     "Backend",
     "BackendError",
+    "BackendOptionError",
     "BackendRequest",
     "BackendResult",
     "BackendUnavailableError",

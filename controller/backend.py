@@ -7,12 +7,14 @@ handled by the client, so a backend cannot make answers depend on question names
 
 from __future__ import annotations
 
+import inspect
+import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from controller.errors import UnknownBackendError
+from controller.errors import BackendError, BackendOptionError, UnknownBackendError
 from controller.questions import Content, Question
 
 
@@ -58,6 +60,44 @@ class Backend(Protocol):
 
 BackendFactory = Callable[..., Backend]
 
+BACKEND_MEMBERS = ("info", "answer", "close")
+_CALLABLE_MEMBERS = ("answer", "close")
+
+
+# The TypeErrors Python raises when a call's keywords do not bind; group 1 is the keyword's name.
+_KEYWORD_MISUSE = (
+    re.compile(r"got an unexpected keyword argument '([^']+)'"),
+    re.compile(r"got multiple values for (?:keyword )?argument '([^']+)'"),
+)
+
+
+def missing_backend_members(candidate: object) -> list[str]:
+    """The `Backend` members `candidate` lacks (`answer` / `close` must be callable). Looked up statically,
+    so a lazy `info` property (the remote backend fetches it from the server) is not evaluated."""
+    missing: list[str] = []
+    for member in BACKEND_MEMBERS:
+        try:
+            value = inspect.getattr_static(candidate, member)
+        except AttributeError:
+            missing.append(member)
+            continue
+        if member in _CALLABLE_MEMBERS and not callable(value) and not isinstance(value, (staticmethod, classmethod)):
+            missing.append(member)
+    return missing
+
+
+def _option_error(name: str, error: TypeError, options: Mapping[str, Any]) -> BackendOptionError | None:
+    """`error` as a `BackendOptionError` when it is about one of the caller's keywords, else None (a bug)."""
+    detail = str(error)
+    for pattern in _KEYWORD_MISUSE:
+        match = pattern.search(detail)
+        if match and match.group(1) in options:
+            option = match.group(1)
+            return BackendOptionError(f"backend {name!r} cannot take the keyword argument {option!r}: {detail}",
+                                      backend=name, option=option, detail=detail)
+    return None
+
+
 _REGISTRY: dict[str, BackendFactory] = {}
 _LOCK = threading.Lock()
 
@@ -81,10 +121,26 @@ def available_backends() -> list[str]:
 
 
 def create_backend(name: str, **options: Any) -> Backend:
-    """Build a registered backend by name; options go to its factory."""
+    """Build a registered backend by name; options go to its factory.
+
+    Raises `UnknownBackendError` for a name that is not registered (or not a str), `BackendOptionError` for
+    an option the factory does not take (any other TypeError inside a factory is a bug and propagates), and
+    `BackendError` when the factory returns something that is not a `Backend`."""
     _builtin()
+    if not isinstance(name, str):
+        raise UnknownBackendError(f"a backend name must be a str, not {type(name).__name__}; available: {', '.join(sorted(_REGISTRY))}")
     try:
         factory = _REGISTRY[name]
     except KeyError as error:
         raise UnknownBackendError(f"unknown backend {name!r}; available: {', '.join(sorted(_REGISTRY))}") from error
-    return factory(**options)
+    try:
+        backend = factory(**options)
+    except TypeError as error:
+        wrapped = _option_error(name, error, options)
+        if wrapped is None:
+            raise
+        raise wrapped from error
+    missing = missing_backend_members(backend)
+    if missing:
+        raise BackendError(f"the factory of backend {name!r} returned a {type(backend).__name__}, which lacks {', '.join(missing)}")
+    return backend

@@ -10,14 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from controller.answers import build_answer
-from controller.backend import Backend, BackendRequest, BackendResult, create_backend
-from controller.errors import BackendError, UnsupportedQuestionError
+from controller.backend import (
+    BACKEND_MEMBERS,
+    Backend,
+    BackendRequest,
+    BackendResult,
+    available_backends,
+    create_backend,
+    missing_backend_members,
+)
+from controller.errors import BackendError, BackendOptionError, InvalidRequestError, UnknownBackendError, UnsupportedQuestionError
 from controller.models import listed_models, resolve_model
 from controller.questions import Question, normalize_questions, signature, validate_state
 
@@ -47,6 +55,9 @@ def plan_request(
     extra_body: Mapping[str, Any] | None = None,
 ) -> PlannedRequest:
     """Validate and deduplicate one request (raises `InvalidRequestError` with the SDK's messages)."""
+    if extra_body is not None and not isinstance(extra_body, Mapping):
+        raise InvalidRequestError(f"extra_body must be a mapping of body fields, not {type(extra_body).__name__}",
+                                  loc=("extra_body",))
     if extra_body:
         # The SDK shallow-merges extra_body over the body; only these fields have meaning here.
         state = extra_body.get("state", state)
@@ -106,7 +117,62 @@ def _aligned(planned: Sequence[PlannedRequest], results: Sequence[BackendResult]
 
 
 def _resolve_backend(backend: str | Backend, options: Mapping[str, Any]) -> Backend:
-    return create_backend(backend, **options) if isinstance(backend, str) else backend
+    """A backend built from a registered name, or the `Backend` passed in (which takes no factory options)."""
+    if isinstance(backend, str):
+        return create_backend(backend, **options)
+    missing = missing_backend_members(backend)
+    if missing or isinstance(backend, type):
+        problem = f"which lacks {', '.join(missing)}" if missing else "a class, not an instance"
+        raise UnknownBackendError(
+            f"backend must be a registered name ({', '.join(available_backends())}) or a Backend with "
+            f"{', '.join(BACKEND_MEMBERS)}; got {_describe(backend)}, {problem}"
+        )
+    if options:
+        option = next(iter(options))
+        raise BackendOptionError(
+            f"a Backend instance ({type(backend).__name__}) cannot take the keyword argument {option!r}: "
+            "options go to the factory of a backend named by a str",
+            backend=type(backend).__name__, option=option,
+        )
+    return backend
+
+
+def _short_repr(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _describe(value: object) -> str:
+    """`int` for a class, `list [1]` for an instance: what a misuse message shows of the value."""
+    return value.__qualname__ if isinstance(value, type) else f"{type(value).__name__} {_short_repr(value)}"
+
+
+def _check_response_model(response_model: object) -> None:
+    """Refuse a `response_model` that is not a pydantic model class (before any backend work)."""
+    if response_model is None:
+        return
+    from pydantic import BaseModel  # lazily: importing the controller stays light
+
+    if not (isinstance(response_model, type) and issubclass(response_model, BaseModel)):
+        raise InvalidRequestError(
+            f"response_model must be a pydantic BaseModel subclass, not {_describe(response_model)}",
+            loc=("response_model",),
+        )
+
+
+def _batch_pairs(requests: object) -> list[tuple[Any, Any]]:
+    """`requests` as a list of (state, questions) pairs; a malformed entry is refused by its index."""
+    if isinstance(requests, (str, bytes, Mapping)) or not isinstance(requests, Iterable):
+        raise InvalidRequestError(f"requests must be a sequence of (state, questions) pairs, not {type(requests).__name__}")
+    pairs: list[tuple[Any, Any]] = []
+    for index, entry in enumerate(requests):
+        if isinstance(entry, (str, bytes, Mapping)) or not isinstance(entry, Sequence) or len(entry) != 2:
+            raise InvalidRequestError(
+                f"requests[{index}] must be a (state, questions) pair, not {_describe(entry)}",
+                loc=(index,),
+            )
+        pairs.append((entry[0], entry[1]))
+    return pairs
 
 
 class _ModelsBase:
@@ -141,6 +207,10 @@ class SystemOneClient:
     options go to the backend factory. `retry`, `timeout` and `extra_headers` are accepted for signature
     compatibility and have no effect in process. `close()` closes a backend the client created from a name;
     a `Backend` instance passed in stays open (whoever created it closes it).
+
+    Misuse is refused at construction: a name that is not registered, or an object without `info`, `answer`
+    and `close`, raises `UnknownBackendError`; an option the factory does not take (or any option next to a
+    `Backend` instance) raises `BackendOptionError`.
     """
 
     def __init__(self, backend: str | Backend = "heuristic", *, model: str | None = None, **backend_options: Any) -> None:
@@ -166,6 +236,7 @@ class SystemOneClient:
         extra_body: Mapping[str, Any] | None = None,
         response_model: type[ResponseT] | None = None,
     ) -> SystemOneResponse | ResponseT:
+        _check_response_model(response_model)
         planned = plan_request(
             self._backend, state, questions, model=model or self._model, assets=assets, extra_body=extra_body
         )
@@ -176,7 +247,7 @@ class SystemOneClient:
         self, requests: Sequence[tuple[Any, Mapping[str, Any]]], *, model: str | None = None
     ) -> list[SystemOneResponse]:
         """Answer many (state, questions) pairs in one backend call; each answer is as if sent alone."""
-        planned = [plan_request(self._backend, s, q, model=model or self._model) for s, q in requests]
+        planned = [plan_request(self._backend, s, q, model=model or self._model) for s, q in _batch_pairs(requests)]
         results = self._backend.answer([p.request for p in planned]) if planned else []
         return [finish_request(p, r) for p, r in _aligned(planned, results)]  # type: ignore[misc]
 
@@ -217,6 +288,7 @@ class AsyncSystemOneClient:
         extra_body: Mapping[str, Any] | None = None,
         response_model: type[ResponseT] | None = None,
     ) -> SystemOneResponse | ResponseT:
+        _check_response_model(response_model)
         planned = plan_request(
             self._backend, state, questions, model=model or self._model, assets=assets, extra_body=extra_body
         )
@@ -226,7 +298,7 @@ class AsyncSystemOneClient:
     async def system_one_batch(
         self, requests: Sequence[tuple[Any, Mapping[str, Any]]], *, model: str | None = None
     ) -> list[SystemOneResponse]:
-        planned = [plan_request(self._backend, s, q, model=model or self._model) for s, q in requests]
+        planned = [plan_request(self._backend, s, q, model=model or self._model) for s, q in _batch_pairs(requests)]
         results = await asyncio.to_thread(self._backend.answer, [p.request for p in planned]) if planned else []
         return [finish_request(p, r) for p, r in _aligned(planned, results)]  # type: ignore[misc]
 

@@ -10,7 +10,8 @@
     │   ├── BackendUnavailableError      remote server down, model not loadable (HTTP 503)
     │   │   └── CacheWriteError          (`controller.graph_cache`, internal) a graph cache that cannot be written:
     │   │                                `ensure_graph` then builds in a private temporary directory instead
-    │   └── UnknownBackendError          no backend registered under that name
+    │   ├── UnknownBackendError          no backend registered under that name, or an object that is no Backend
+    │   └── BackendOptionError           a backend factory given a keyword option it does not take (also a TypeError)
     └── ArtifactError                    a model directory is missing, corrupt or mismatched
         ├── CalibrationMismatchError     calibration.json was fitted on another model hash (or states.json)
         └── ParityError                  an exported graph disagrees with torch above tolerance
@@ -64,6 +65,20 @@ class BackendUnavailableError(BackendError):
 class UnknownBackendError(BackendError):
     """No backend is registered under the given name."""
 
+
+
+class BackendOptionError(BackendError, TypeError):
+    """A backend factory was given a keyword option it does not take. `backend` names the backend (or the
+    type of a `Backend` passed in), `option` the offending keyword, `detail` the factory's own TypeError
+    text. Also a `TypeError`, so code that caught the factory's TypeError before (serving's
+    JEVMEM_CONTROLLER_OPTIONS check) still catches it; the message always says "keyword argument"."""
+
+    def __init__(self, message: str, *, backend: str, option: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.backend = backend
+        self.option = option
+        self.detail = detail
 
 class ArtifactError(ControllerError):
     """A model directory is missing files, corrupt, or inconsistent."""

@@ -14,6 +14,7 @@ EXPORTED = {
     "AsyncSystemOneClient",
     "Backend",
     "BackendError",
+    "BackendOptionError",
     "BackendRequest",
     "BackendResult",
     "BackendUnavailableError",
