@@ -7,6 +7,7 @@
     jevmem relink --db PATH
     jevmem stats  --db PATH [--json]
     jevmem reembed --db PATH --embedder NAME [--force]   (convert a store to another embedder)
+    jevmem export --db PATH --jsonl FILE|- [--force]      (its observations as ingest JSONL)
     jevmem eval locomo --data PATH [--audit PATH] [--conversations conv-26 ...] [--controller heuristic local]
                   [--systems bm25,dense,rrf,jevmem-heuristic] [--out DIR] ...
     jevmem eval sweep  --data PATH [--audit PATH] [--conversations ...] [--controller heuristic|local]
@@ -35,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass
 from datetime import datetime
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from controller.errors import ControllerError
@@ -184,6 +186,34 @@ def cmd_reembed(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    """The store's observations as ingest JSONL (`memory.export`), read under the store's write lock so the file is
+    one consistent snapshot; a file is written whole (renamed into place) or not at all."""
+    from controller.files import atomic_file
+    from memory.export import export_jsonl
+
+    to_stdout = args.jsonl == "-"
+    target = Path(args.jsonl)
+    if not to_stdout:
+        if not args.jsonl.strip() or target.is_dir():
+            raise UsageError(f"--jsonl needs a file path (or - for standard output), got {args.jsonl!r}")
+        if target.exists() and not args.force:
+            raise UsageError(f"--jsonl {target} exists; pass another file, or --force to replace it")
+    with open_engine(args) as engine, engine.store.transaction():
+        if to_stdout:
+            report = export_jsonl(engine.store, sys.stdout)
+        else:
+            with atomic_file(target) as tmp, tmp.open("w", encoding="utf-8") as handle:
+                report = export_jsonl(engine.store, handle)
+    left_out = [f"{n} {what}" for n, what in ((report.summaries, "summaries (derived; the ingesting engine makes its own)"),
+                                              (report.authored_edges, "authored edges"),
+                                              (report.refused_links, "refused links")) if n]
+    where = "standard output" if to_stdout else str(target)
+    print(f"exported {report.observations} observations of {args.db} to {where}"
+          + (f"; not carried: {', '.join(left_out)}" if left_out else ""), file=sys.stderr)
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from serving.server import run
 
@@ -242,6 +272,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="re-embed even when the store already records this embedder")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_reembed)
+
+    p = sub.add_parser("export", help="the store's observations as JSONL that `ingest --jsonl` reads back")
+    engine_options(p)
+    p.add_argument("--jsonl", required=True, help="the file to write (- for standard output)")
+    p.add_argument("--force", action="store_true", help="replace an existing --jsonl file")
+    p.set_defaults(func=cmd_export)
 
     add_eval_parser(sub)
 
