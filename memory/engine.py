@@ -24,7 +24,7 @@ from dataclasses import replace
 from numbers import Integral
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 from controller.backend import Backend
 from controller.client import SystemOneClient
@@ -34,6 +34,7 @@ from memory import lifecycle
 from memory.candidates import CandidateSet, discover_candidates
 from memory.config import EngineConfig, preset
 from memory.consolidation import ConsolidationReport, consolidate
+from memory.export import ExportReport, export_jsonl
 from memory.control import Controller
 from memory.errors import (
     ConfigError,
@@ -387,6 +388,15 @@ class Engine:
             else:
                 ids = [lifecycle.require(self.store, i).id for i in node_ids]
             return lifecycle.relink_nodes(self.store, self.controller, self.embedder, ids, self.config, progress)
+
+    def export(self, out: TextIO) -> ExportReport:
+        """Write every observation to `out` as the JSONL `memory.ingest` reads back (`memory.export`), from one
+        consistent snapshot (the store's write transaction is held meanwhile). The report counts what the records do
+        not carry (summaries, authored edges, refused links)."""
+        with self._lock:
+            self._check_open()
+            with self.store.transaction():
+                return export_jsonl(self.store, out)
 
     # ------------------------------------------------------------------ bookkeeping
     def stats(self) -> Stats:

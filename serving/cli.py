@@ -190,7 +190,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     """The store's observations as ingest JSONL (`memory.export`), read under the store's write lock so the file is
     one consistent snapshot; a file is written whole (renamed into place) or not at all."""
     from controller.files import atomic_file
-    from memory.export import export_jsonl
 
     to_stdout = args.jsonl == "-"
     target = Path(args.jsonl)
@@ -199,12 +198,12 @@ def cmd_export(args: argparse.Namespace) -> int:
             raise UsageError(f"--jsonl needs a file path (or - for standard output), got {args.jsonl!r}")
         if target.exists() and not args.force:
             raise UsageError(f"--jsonl {target} exists; pass another file, or --force to replace it")
-    with open_engine(args) as engine, engine.store.transaction():
+    with open_engine(args) as engine:
         if to_stdout:
-            report = export_jsonl(engine.store, sys.stdout)
+            report = engine.export(sys.stdout)
         else:
             with atomic_file(target) as tmp, tmp.open("w", encoding="utf-8") as handle:
-                report = export_jsonl(engine.store, handle)
+                report = engine.export(handle)
     left_out = [f"{n} {what}" for n, what in ((report.summaries, "summaries (derived; the ingesting engine makes its own)"),
                                               (report.authored_edges, "authored edges"),
                                               (report.refused_links, "refused links")) if n]

@@ -10,6 +10,7 @@ within the request deadline was dropped unrun), both with retry-after (see `Memo
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
@@ -103,6 +104,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
           "start the call within the request deadline (nothing was changed); retry later."},
 }
 
+EXPORT_MEDIA_TYPE = "application/x-ndjson"
+
 # `NodeId = Path()` would drop NodeId's length bounds (FastAPI keeps only the Path's own): annotate instead.
 NodePath = Annotated[NodeId, Path()]
 NodeQuery = Annotated[NodeId, Query()]
@@ -187,6 +190,23 @@ async def relink(body: RelinkIn | None = None, memory: MemoryService = Memory) -
     node_ids = None if body is None else body.node_ids
     report = await memory.call(lambda engine: engine.relink(node_ids))
     return RelinkOut.of(report)
+
+
+@router.get("/export", response_class=Response, summary="Every observation as JSONL that `jevmem ingest --jsonl` reads back",
+            responses={200: {"content": {EXPORT_MEDIA_TYPE: {}}, "description": "One JSON object per line, in write order; the "
+                             "`x-jevmem-export` header counts what the lines do not carry (summaries, authored edges, refused links)."}})
+async def export(memory: MemoryService = Memory) -> Response:
+    """`jevmem export` for a running server: one snapshot of the store (`Engine.export`). Edges are not exported: the
+    engine that ingests the lines judges its own."""
+    def run(engine: Any) -> tuple[str, Any]:
+        out = io.StringIO()
+        report = engine.export(out)
+        return out.getvalue(), report
+
+    text, report = await memory.call(run)
+    counts = (f"observations={report.observations}; summaries={report.summaries}; authored_edges={report.authored_edges}; "
+              f"refused_links={report.refused_links}")
+    return Response(text.encode("utf-8"), media_type=EXPORT_MEDIA_TYPE, headers={"x-jevmem-export": counts})
 
 
 @router.head("/stats", include_in_schema=False)

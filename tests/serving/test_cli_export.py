@@ -113,3 +113,19 @@ def test_node_record_leaves_out_the_engines_own_metadata() -> None:
         node = engine.get(a).node
     assert "links_refused" in node.metadata and node_record(node)["metadata"] == {"k": "v"}
     assert "entities" not in node_record(node)  # extracted, not given: the ingesting engine extracts them again
+
+
+def test_the_server_exports_the_same_lines(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fastapi.testclient import TestClient
+
+    from serving.app import create_app
+    from serving.settings import Settings
+
+    target = tmp_path / "cli.jsonl"
+    assert run(capsys, "export", "--db", str(store), "--jsonl", str(target))[0] == 0
+    with TestClient(create_app(Settings.from_env(memory_db=str(store), embedder="hashing"))) as client:
+        r = client.get("/v1/memory/export")
+        assert r.status_code == 200 and r.headers["content-type"].startswith("application/x-ndjson")
+        assert r.content == target.read_bytes()
+        assert r.headers["x-jevmem-export"] == "observations=3; summaries=0; authored_edges=0; refused_links=0"
+        assert "application/x-ndjson" in client.get("/openapi.json").json()["paths"]["/v1/memory/export"]["get"]["responses"]["200"]["content"]

@@ -44,7 +44,7 @@ def test_schemathesis_all_checks_pass(memory_server: BackgroundServer, tmp_path:
     run = _schemathesis(memory_server, tmp_path, examples=3, phases="examples,coverage,fuzzing", seed=1, timeout_s=110)
     assert "Server error" not in run.stdout
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
-    assert "Tested: 16" in run.stdout  # every operation, POST /v1/memory/relink included
+    assert "Tested: 17" in run.stdout  # every operation, POST /v1/memory/relink and GET /v1/memory/export included
 
 
 @pytest.mark.slow
