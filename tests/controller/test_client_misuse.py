@@ -163,16 +163,37 @@ def test_options_with_a_backend_instance_are_refused_not_ignored(client_class: t
 # --------------------------------------------------------------------------------------------- extra_body
 
 
-@pytest.mark.parametrize(("extra_body", "shown"), [([1], "list"), ([], "list"), ("state", "str"), (3, "int")])
-async def test_extra_body_must_be_a_mapping(extra_body: object, shown: str) -> None:
+class Wire(BaseModel):
+    model: str
+    answers: dict[str, Any]
+    usage: dict[str, Any]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("extra_body", [1], "extra_body must be a mapping of body fields, not list"),
+        ("extra_body", [], "extra_body must be a mapping of body fields, not list"),
+        ("extra_body", "state", "extra_body must be a mapping of body fields, not str"),
+        ("extra_body", 3, "extra_body must be a mapping of body fields, not int"),
+        ("response_model", int, "response_model must be a pydantic BaseModel subclass, not int"),
+        ("response_model", "Wire", "response_model must be a pydantic BaseModel subclass, not str 'Wire'"),
+        ("response_model", dict, "response_model must be a pydantic BaseModel subclass, not dict"),
+    ],
+)
+async def test_call_options_of_the_wrong_kind_are_refused_before_the_backend_runs(option: str, value: object, message: str) -> None:
     backend = CountingBackend()
-    message = f"extra_body must be a mapping of body fields, not {shown}"
-    with pytest.raises(InvalidRequestError, match=message) as error:
-        SystemOneClient(backend).system_one("s", N, extra_body=extra_body)  # type: ignore[arg-type]
-    assert error.value.loc == ("extra_body",)
-    with pytest.raises(InvalidRequestError, match=message):
-        await AsyncSystemOneClient(backend).system_one("s", N, extra_body=extra_body)  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequestError, match=re.escape(message)) as error:
+        SystemOneClient(backend).system_one("s", N, **{option: value})
+    assert error.value.loc == (option,)
+    with pytest.raises(InvalidRequestError, match=re.escape(message)):
+        await AsyncSystemOneClient(backend).system_one("s", N, **{option: value})
     assert backend.calls == 0
+
+
+def test_a_model_instance_is_no_response_model() -> None:
+    with pytest.raises(InvalidRequestError, match="response_model must be a pydantic BaseModel subclass, not Wire "):
+        SystemOneClient(CountingBackend()).system_one("s", N, response_model=Wire(model="m", answers={}, usage={}))  # type: ignore[arg-type]
 
 
 async def test_a_mapping_extra_body_still_works() -> None:
@@ -182,24 +203,6 @@ async def test_a_mapping_extra_body_still_works() -> None:
 
 
 # ----------------------------------------------------------------------------------------- response_model
-
-
-class Wire(BaseModel):
-    model: str
-    answers: dict[str, Any]
-    usage: dict[str, Any]
-
-
-@pytest.mark.parametrize(("response_model", "shown"), [(int, "int"), (Wire(model="m", answers={}, usage={}), "Wire "), ("Wire", "str 'Wire'"), (dict, "dict")])
-async def test_response_model_must_be_a_pydantic_model_class(response_model: object, shown: str) -> None:
-    backend = CountingBackend()
-    message = f"response_model must be a pydantic BaseModel subclass, not {re.escape(shown)}"
-    with pytest.raises(InvalidRequestError, match=message) as error:
-        SystemOneClient(backend).system_one("s", N, response_model=response_model)  # type: ignore[arg-type]
-    assert error.value.loc == ("response_model",)
-    with pytest.raises(InvalidRequestError, match=message):
-        await AsyncSystemOneClient(backend).system_one("s", N, response_model=response_model)  # type: ignore[arg-type]
-    assert backend.calls == 0  # refused before the backend ran
 
 
 async def test_a_pydantic_response_model_still_works() -> None:
