@@ -15,6 +15,7 @@ controller is asked first, then node, edges and status are applied together. Ope
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -377,17 +378,21 @@ class Engine:
                 return lifecycle.delete_node(self.store, node_id)
 
     def relink(self, node_ids: Sequence[str] | None = None, *,
-               progress: Callable[[int, int], None] | None = None) -> RelinkReport:
+               progress: Callable[[int, int], None] | None = None, deadline: float | None = None) -> RelinkReport:
         """Re-run judgments for the given nodes, or for every RELATIONS_PENDING and STALE node. Each node is committed
         on its own (`lifecycle.relink_nodes`): after a failure the nodes done keep their new links, the error carries
-        a note saying how many, and running relink again is safe. `progress` gets (nodes done, nodes to do)."""
+        a note saying how many, and running relink again is safe. `progress` gets (nodes done, nodes to do). With a
+        `deadline` (a `time.monotonic()` reading) no node but the first is started after it; those left are listed
+        in the report's `remaining`."""
+        if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or math.isnan(deadline)):
+            raise ConfigError(f"deadline must be a time.monotonic() reading (a number) or None, got {deadline!r}")
         with self._lock:
             self._check_open()
             if node_ids is None:
                 ids = [*self.store.nodes_with_status(LinkStatus.RELATIONS_PENDING), *self.store.nodes_with_status(LinkStatus.STALE)]
             else:
                 ids = [lifecycle.require(self.store, i).id for i in node_ids]
-            return lifecycle.relink_nodes(self.store, self.controller, self.embedder, ids, self.config, progress)
+            return lifecycle.relink_nodes(self.store, self.controller, self.embedder, ids, self.config, progress, deadline)
 
     def export(self, out: TextIO) -> ExportReport:
         """Write every observation to `out` as the JSONL `memory.ingest` reads back (`memory.export`), from one

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -357,12 +358,13 @@ def relink_node(store: Store, controller: Controller, embedder: Embedder, node: 
 
 
 def relink_nodes(store: Store, controller: Controller, embedder: Embedder, node_ids: Sequence[str], config: EngineConfig,
-                 progress: Callable[[int, int], None] | None = None) -> RelinkReport:
+                 progress: Callable[[int, int], None] | None = None, deadline: float | None = None) -> RelinkReport:
     """`relink_node` for each of `node_ids` in order (once each; a node deleted meanwhile is skipped), each in its
     own transaction. A failure is raised with a note saying how many nodes were done (committed) before it. Running
     it again is safe: a node done is no longer pending or stale, and relinking one again replaces its inferred
     links (the judged pairs' edges are removed first), never duplicates them. `progress` gets (nodes done, nodes to
-    do), first with none done."""
+    do), first with none done. With a `deadline` (a `time.monotonic()` reading) no node is started after it, the
+    first excepted, so every call makes progress; the nodes left are the report's `remaining`, untouched."""
     todo = list(dict.fromkeys(node_ids))
     statuses: dict[str, LinkStatus] = {}
     errors: dict[str, str] = {}
@@ -370,6 +372,8 @@ def relink_nodes(store: Store, controller: Controller, embedder: Embedder, node_
     if progress is not None:
         progress(0, len(todo))
     for done, node_id in enumerate(todo):
+        if done and deadline is not None and time.monotonic() >= deadline:
+            return RelinkReport(assessed, written, statuses, questions, errors, remaining=tuple(todo[done:]))
         try:
             node = store.get_node(node_id)
             outcome = None if node is None else relink_node(store, controller, embedder, node, config)

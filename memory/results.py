@@ -23,6 +23,7 @@ class RelinkReport:
     statuses: dict[str, LinkStatus]  # node id -> status after the run
     controller_questions: int
     errors: dict[str, str] = field(default_factory=dict)  # node id -> why it is still pending
+    remaining: tuple[str, ...] = ()  # nodes not taken up before the deadline (untouched; relink them next)
 
     @property
     def pending(self) -> tuple[str, ...]:

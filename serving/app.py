@@ -19,7 +19,7 @@ from fastapi.openapi.utils import get_openapi
 from controller.backend import Backend
 from serving.auth import auth_dependencies
 from serving.edge import install_error_handlers
-from serving.middleware import BodyMiddleware, RequestContextMiddleware
+from serving.middleware import BodyMiddleware, RequestContextMiddleware, route_table
 from serving.runtime import Runtime
 from serving.settings import Settings
 
@@ -55,10 +55,13 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     app.add_middleware(BodyMiddleware, max_bytes=settings.max_body_bytes, timeout_s=settings.request_timeout_s)
     app.add_middleware(RequestContextMiddleware, metrics=runtime.metrics)
     guarded = auth_dependencies(settings.api_key)
+    routers = [health.router, systemone.router]
     app.include_router(health.router)
     app.include_router(systemone.router, dependencies=guarded)
     if settings.memory_db is not None or engine is not None:
         app.include_router(memory_api.router, dependencies=guarded)
+        routers.append(memory_api.router)
+    app.state.route_table = route_table(routers)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

@@ -32,8 +32,8 @@ from controller.errors import (
     UnknownModelError,
     UnsupportedQuestionError,
 )
-from serving.errors import HTTPFacingError, NothingStoredError, retry_headers
-from serving.middleware import mark_error
+from serving.errors import BEARER_CHALLENGE, HTTPFacingError, NothingStoredError, retry_headers
+from serving.middleware import RouteEntry, mark_error
 
 if TYPE_CHECKING:
     from memory.store.errors import StoreError, StoreUnavailableError
@@ -94,7 +94,10 @@ async def _on_controller(request: Request, error: Exception) -> JSONResponse:
 
 async def _on_serving(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, HTTPFacingError)
-    return error_response(request, error.status_code, error.error_type, error.message, retry_after_ms=error.retry_after_ms)
+    # RFC 9110 section 11.6.1: a 401 names the scheme the server takes.
+    headers = {"WWW-Authenticate": BEARER_CHALLENGE} if error.status_code == 401 else None
+    return error_response(request, error.status_code, error.error_type, error.message, retry_after_ms=error.retry_after_ms,
+                          headers=headers)
 
 
 async def _on_http(request: Request, error: Exception) -> JSONResponse:
@@ -108,17 +111,10 @@ async def _on_http(request: Request, error: Exception) -> JSONResponse:
 
 
 def _allowed_methods(request: Request) -> str:
-    """Every documented method of the path (Starlette's own 405 names only the first route that matched)."""
-    table: list[tuple[Any, set[str]]] | None = getattr(request.app.state, "allow_table", None)
-    if table is None:
-        from starlette.routing import compile_path
-
-        table = [(compile_path(path)[0], {m.upper() for m in ops}) for path, ops in request.app.openapi().get("paths", {}).items()]
-        request.app.state.allow_table = table
-    methods: set[str] = set()
-    for regex, allowed in table:
-        if regex.match(request.url.path):
-            methods |= allowed
+    """Every method some route of the path takes, HEAD routes left out of the schema included (Starlette's own 405
+    names only the first route that matched)."""
+    table: tuple[RouteEntry, ...] = getattr(request.app.state, "route_table", ())
+    methods = {m for entry in table if entry.pattern.match(request.url.path) for m in entry.methods}
     return ", ".join(sorted(methods))
 
 

@@ -60,6 +60,9 @@ def retry_headers(retry_after_ms: int | None) -> dict[str, str]:
     return {"retry-after-ms": str(int(retry_after_ms)), "retry-after": str(max(1, math.ceil(retry_after_ms / 1000)))}
 
 
+BEARER_CHALLENGE = 'Bearer realm="jevmem"'  # the WWW-Authenticate value of a 401
+
+
 class AuthenticationError(HTTPFacingError):
     error_type = "authentication_error"
 

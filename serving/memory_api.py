@@ -40,7 +40,7 @@ from serving.memory_schemas import (
     WriteResultOut,
 )
 from serving.errors import NotFoundError, UnsupportedMediaTypeError
-from serving.runtime import MemoryService, get_memory
+from serving.runtime import RequestMemory, get_request_memory
 from serving.wire import ErrorResponse, ValidationErrorResponse, media_type, parse_json_off_loop
 
 
@@ -66,14 +66,19 @@ class StrictJSONRequest(Request):
 
 
 class StrictJSONRoute(APIRoute):
-    """Strict JSON bodies (a missing Content-Type is JSON, as on /v1/systemone; another type is 415). The body's
+    """Strict JSON bodies (a missing Content-Type is JSON, and so is text/json, as on /v1/systemone; another type is
+    415). The body's
     errors are reported after the dependencies (the API key) have passed."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def strict(request: Request) -> Response:
-            strict_request = StrictJSONRequest(request.scope, request.receive)
+            scope = request.scope
+            if media_type(request) == "text/json":  # JSON under its older name, taken as /v1/systemone takes it
+                scope = {**scope, "headers": [(k, b"application/json" if k.lower() == b"content-type" else v)
+                                              for k, v in scope.get("headers", [])]}
+            strict_request = StrictJSONRequest(scope, request.receive)
             try:
                 return await handler(strict_request)
             except RequestValidationError as error:
@@ -113,18 +118,18 @@ NodeQuery = Annotated[NodeId, Query()]
 router = APIRouter(
     prefix="/v1/memory", tags=["Memory"], route_class=StrictJSONRoute, responses=_ERRORS, strict_content_type=False
 )
-Memory = Depends(get_memory)
+Memory = Depends(get_request_memory)
 
 
 @router.post("/observations", status_code=201, response_model=WriteResultOut, summary="Write one observation")
-async def write_observation(body: ObservationIn, memory: MemoryService = Memory) -> WriteResultOut:
+async def write_observation(body: ObservationIn, memory: RequestMemory = Memory) -> WriteResultOut:
     result = await memory.call(lambda engine: engine.write(body.to_observation()))
     return WriteResultOut.of(result)
 
 
 @router.post("/observations/batch", status_code=201, response_model=BatchWriteOut, summary="Write observations in order",
              responses={500: {"model": ErrorResponse, "description": "The store failed: nothing of the batch was stored."}})
-async def write_observations(body: BatchWriteIn, request: Request, memory: MemoryService = Memory) -> BatchWriteOut:
+async def write_observations(body: BatchWriteIn, request: Request, memory: RequestMemory = Memory) -> BatchWriteOut:
     """All or nothing: a refused observation (422) or a store failure (503 / 500) stores none of the batch, so
     the same batch can be sent again without duplicating its head."""
     observations = [o.to_observation() for o in body.observations]
@@ -136,47 +141,47 @@ async def write_observations(body: BatchWriteIn, request: Request, memory: Memor
 
 
 @router.post("/query", response_model=QueryOut, summary="Ranked evidence, route and trace (and optionally an answer)")
-async def query(body: QueryIn, memory: MemoryService = Memory) -> QueryOut:
+async def query(body: QueryIn, memory: RequestMemory = Memory) -> QueryOut:
     result = await memory.call(lambda engine: engine.query(body.text, k=body.k, budget=body.budget, answer=body.answer))
     return QueryOut.of(result)
 
 
 @router.head("/nodes/{node_id}", include_in_schema=False)  # GET without the body (does the node exist?)
 @router.get("/nodes/{node_id}", response_model=NodeViewOut, summary="A node with its edges and backlinks")
-async def get_node(node_id: NodePath, memory: MemoryService = Memory) -> NodeViewOut:
+async def get_node(node_id: NodePath, memory: RequestMemory = Memory) -> NodeViewOut:
     view = await memory.call(lambda engine: engine.get(node_id))
     return NodeViewOut.of(view)
 
 
 @router.patch("/nodes/{node_id}", response_model=NodeViewOut, summary="Edit a node's text (inferred links are re-assessed later, derived summaries are deleted)")
-async def edit_node(body: EditIn, node_id: NodePath, memory: MemoryService = Memory) -> NodeViewOut:
+async def edit_node(body: EditIn, node_id: NodePath, memory: RequestMemory = Memory) -> NodeViewOut:
     view = await memory.call(lambda engine: engine.edit(node_id, body.content))
     return NodeViewOut.of(view)
 
 
 @router.delete("/nodes/{node_id}", status_code=204, summary="Delete a node, its edges and the summaries derived from it")
-async def delete_node(node_id: NodePath, memory: MemoryService = Memory) -> Response:
+async def delete_node(node_id: NodePath, memory: RequestMemory = Memory) -> Response:
     if not await memory.call(lambda engine: engine.delete(node_id)):
         raise NodeNotFoundError(node_id)
     return Response(status_code=204)
 
 
 @router.put("/nodes/{node_id}/links", response_model=NodeViewOut, summary="Replace a node's explicit outgoing links")
-async def set_links(body: SetLinksIn, node_id: NodePath, memory: MemoryService = Memory) -> NodeViewOut:
+async def set_links(body: SetLinksIn, node_id: NodePath, memory: RequestMemory = Memory) -> NodeViewOut:
     links = [(link.dst, link.relation) for link in body.links]
     view = await memory.call(lambda engine: engine.set_links(node_id, links))
     return NodeViewOut.of(view)
 
 
 @router.post("/links", status_code=201, response_model=EdgeOut, summary="Add an explicit (authored) link")
-async def link(body: LinkIn, memory: MemoryService = Memory) -> EdgeOut:
+async def link(body: LinkIn, memory: RequestMemory = Memory) -> EdgeOut:
     edge = await memory.call(lambda engine: engine.link(body.src, body.dst, body.relation, attrs=body.attrs))
     return EdgeOut.of(edge)
 
 
 @router.delete("/links", status_code=204, summary="Remove one link")
 async def unlink(
-    src: NodeQuery, dst: NodeQuery, relation: Annotated[Relation, Query()], memory: MemoryService = Memory
+    src: NodeQuery, dst: NodeQuery, relation: Annotated[Relation, Query()], memory: RequestMemory = Memory
 ) -> Response:
     if not await memory.call(lambda engine: engine.unlink(src, dst, relation)):
         raise NotFoundError(f"no {relation!r} link from {src!r} to {dst!r}")
@@ -184,18 +189,22 @@ async def unlink(
 
 
 @router.post("/relink", response_model=RelinkOut, summary="Re-run pending and stale judgments (or those of the given nodes)")
-async def relink(body: RelinkIn | None = None, memory: MemoryService = Memory) -> RelinkOut:
+async def relink(body: RelinkIn | None = None, memory: RequestMemory = Memory) -> RelinkOut:
     """What `jevmem relink` does, for a running server (one writer per database). A controller that fails again
-    is no error: those nodes stay relations_pending and are listed in `pending` and `errors`."""
+    is no error: those nodes stay relations_pending and are listed in `pending` and `errors`. No node is started
+    after the request deadline (the first excepted): the nodes not taken up are listed in `remaining`, untouched;
+    call again (with those ids, or none for every pending and stale node) to go on."""
     node_ids = None if body is None else body.node_ids
-    report = await memory.call(lambda engine: engine.relink(node_ids))
+    deadline = memory.deadline
+    report = await memory.call(lambda engine: engine.relink(node_ids, deadline=deadline))
     return RelinkOut.of(report)
 
 
+@router.head("/export", include_in_schema=False)  # the export's headers without its lines
 @router.get("/export", response_class=Response, summary="Every observation as JSONL that `jevmem ingest --jsonl` reads back",
             responses={200: {"content": {EXPORT_MEDIA_TYPE: {}}, "description": "One JSON object per line, in write order; the "
                              "`x-jevmem-export` header counts what the lines do not carry (summaries, authored edges, refused links)."}})
-async def export(memory: MemoryService = Memory) -> Response:
+async def export(memory: RequestMemory = Memory) -> Response:
     """`jevmem export` for a running server: one snapshot of the store (`Engine.export`). Edges are not exported: the
     engine that ingests the lines judges its own."""
     def run(engine: Any) -> tuple[str, Any]:
@@ -211,5 +220,5 @@ async def export(memory: MemoryService = Memory) -> Response:
 
 @router.head("/stats", include_in_schema=False)
 @router.get("/stats", response_model=StatsOut, summary="Node / edge counts, link statuses and controller usage")
-async def stats(memory: MemoryService = Memory) -> StatsOut:
+async def stats(memory: RequestMemory = Memory) -> StatsOut:
     return StatsOut.of(await memory.call(lambda engine: engine.stats()))

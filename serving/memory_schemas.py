@@ -284,6 +284,8 @@ class RelinkOut(BaseModel):
     statuses: dict[str, str] = Field(description="Node id -> link status after the run, for every node it took.")
     pending: list[str] = Field(description="Nodes still relations_pending (the controller failed); run again later.")
     errors: dict[str, str] = Field(description="Node id -> why it is still pending.")
+    remaining: list[str] = Field(default_factory=list, description="Nodes not taken up before the request deadline "
+                                 "(untouched); call relink again to go on.")
 
     @classmethod
     def of(cls, report: RelinkReport) -> RelinkOut:
@@ -294,6 +296,7 @@ class RelinkOut(BaseModel):
             statuses=jsonable(report.statuses),
             pending=list(report.pending),
             errors=dict(report.errors),
+            remaining=list(report.remaining),
         )
 
 

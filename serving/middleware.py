@@ -12,8 +12,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.datastructures import MutableHeaders
@@ -49,6 +52,40 @@ async def send_error(scope: Scope, send: Send, status: int, error_type: str, mes
     raw += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+@dataclass(frozen=True)
+class RouteEntry:
+    """One route as `route_label` and the 405's Allow header see it: its path template and methods."""
+
+    template: str
+    pattern: re.Pattern[str]
+    methods: frozenset[str]
+
+
+def route_table(routers: Iterable[Any]) -> tuple[RouteEntry, ...]:
+    """The routes of the app's routers (FastAPI's own route list holds included routers as opaque entries),
+    HEAD routes left out of the schema included."""
+    return tuple(RouteEntry(route.path, route.path_regex, frozenset(m.upper() for m in route.methods))
+                 for router in routers for route in router.routes
+                 if getattr(route, "methods", None) and getattr(route, "path_regex", None) is not None)
+
+
+def route_label(scope: Scope) -> str:
+    """The path template of the route that took the request, for metric labels (never the raw path: one label per
+    client-chosen path would grow the metrics without bound). A request answered before routing (by
+    `BodyMiddleware`: 413, 415, a stalled body) is matched against the app's route table; "unmatched" when no
+    route has its path."""
+    path = getattr(scope.get("route"), "path", None)
+    if path:
+        return str(path)
+    table: tuple[RouteEntry, ...] = getattr(getattr(scope.get("app"), "state", None), "route_table", ())
+    method = str(scope.get("method", "")).upper()
+    matching = [entry for entry in table if entry.pattern.match(str(scope.get("path", "")))]
+    for entry in matching:
+        if method in entry.methods:
+            return entry.template
+    return matching[0].template if matching else "unmatched"
 
 
 class RequestContextMiddleware:
@@ -87,8 +124,7 @@ class RequestContextMiddleware:
                 await send_error(scope, send_with_id, 500, "internal_error", f"internal server error (request {request_id})")
         finally:
             self.metrics.in_flight.dec()
-            route = scope.get("route")
-            label = getattr(route, "path", None) or "unmatched"
+            label = route_label(scope)
             method = str(scope.get("method", ""))
             self.metrics.requests.inc(route=label, method=method if method in _METHOD_LABELS else "other", status=str(status))
             self.metrics.latency.observe(time.perf_counter() - started, route=label)

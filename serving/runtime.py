@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from fastapi import Request
+from fastapi import Depends, Request
 
 from controller.backend import Backend, BackendRequest, BackendResult, ModelInfo, create_backend
 from controller.client import PlannedRequest, plan_request
@@ -46,8 +46,9 @@ class MemoryService:
 
     The line in front of that thread is bounded, so a busy engine (a long relink, a slow controller) is a fast
     429 / 503 with retry-after instead of requests piling up without end: at most `max_pending` calls may be
-    queued or running (then `OverloadedError`), and a call that has not started `start_timeout_s` after it was
-    queued is dropped unrun (`RequestTimeoutError`: nothing was changed, so a retry cannot duplicate a write).
+    queued or running (then `OverloadedError`), and a call that has not started `start_timeout_s` after its
+    request arrived (body reading included, as the batcher counts it; after it was queued when the arrival is not
+    known) is dropped unrun (`RequestTimeoutError`: nothing was changed, so a retry cannot duplicate a write).
     A call whose caller goes away before it starts never runs either. A call that has started always runs to
     the end and its caller waits for it: a write is never reported failed and then committed."""
 
@@ -65,8 +66,18 @@ class MemoryService:
     def pending(self) -> int:
         return self._pending
 
-    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run `fn(engine, *args, **kwargs)` on the memory thread, within the bounds above."""
+    def deadline(self, arrived: float | None = None) -> float | None:
+        """The `time.monotonic()` reading by which a call for a request that arrived at `arrived` (a monotonic
+        reading; None: now) must have started, or None when calls wait without a bound."""
+        if self.start_timeout_s is None:
+            return None
+        now = time.monotonic()
+        return (now if arrived is None else min(arrived, now)) + self.start_timeout_s
+
+    async def call(self, fn: Callable[..., T], *args: Any, arrived: float | None = None, **kwargs: Any) -> T:
+        """Run `fn(engine, *args, **kwargs)` on the memory thread, within the bounds above; `arrived` is when the
+        request reached the server (`request.state.arrived`), the start of its deadline."""
+        deadline = self.deadline(arrived)
         with self._pending_lock:
             if self.max_pending is not None and self._pending >= self.max_pending:
                 raise OverloadedError(f"the memory engine is busy ({self._pending} calls queued or running); retry later",
@@ -81,15 +92,16 @@ class MemoryService:
             self._release(None)
             raise
         job.add_done_callback(self._release)
-        return await self._wait(job)
+        return await self._wait(job, deadline)
 
-    async def _wait(self, job: concurrent.futures.Future[T]) -> T:
+    async def _wait(self, job: concurrent.futures.Future[T], deadline: float | None) -> T:
         result = asyncio.wrap_future(job)
         try:
-            done, _ = await asyncio.wait({result}, timeout=self.start_timeout_s)
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            done, _ = await asyncio.wait({result}, timeout=timeout)
             if not done and job.cancel():  # cancel() refuses a call that has started: that one is waited for
                 raise RequestTimeoutError(f"the memory engine did not take up the request within {self.start_timeout_s:g}s "
-                                          "(nothing was changed); retry later", retry_after_ms=MEMORY_RETRY_MS)
+                                          "of its arrival (nothing was changed); retry later", retry_after_ms=MEMORY_RETRY_MS)
             return await result
         except asyncio.CancelledError:
             if not job.cancel():  # the caller went away: a call still queued is never run, a started one ends unread
@@ -321,3 +333,23 @@ def get_memory(request: Request) -> MemoryService:
     if memory is None:
         raise MemoryUnavailableError("the memory engine is not open", retry_after_ms=1000)
     return memory
+
+
+@dataclass(frozen=True)
+class RequestMemory:
+    """The memory service as one request sees it: its calls' start deadline counts from the request's arrival."""
+
+    service: MemoryService
+    arrived: float | None
+
+    async def call(self, fn: Callable[[Any], T]) -> T:
+        return await self.service.call(fn, arrived=self.arrived)
+
+    @property
+    def deadline(self) -> float | None:
+        """This request's deadline as a `time.monotonic()` reading (None: unbounded)."""
+        return self.service.deadline(self.arrived)
+
+
+def get_request_memory(request: Request, memory: MemoryService = Depends(get_memory)) -> RequestMemory:
+    return RequestMemory(memory, getattr(request.state, "arrived", None))

@@ -10,8 +10,8 @@
     JEVMEM_MAX_WAIT_MS         how long a batch may wait for company                2
     JEVMEM_QUEUE_SIZE          queued requests before 429 (memory calls too)        256
     JEVMEM_REQUEST_TIMEOUT_S   per-request deadline, from arrival (then 503); a      8
-                               memory call not started this long after it was
-                               queued is dropped unrun (503)
+                               memory call not started by then is dropped unrun
+                               (503), and a relink starts no node after it
     JEVMEM_MEMORY_DB           SQLite path of the memory engine; unset = no memory API
     JEVMEM_EMBEDDER            memory embedder (hashing | minilm | minilm-tuned)    the store's own, else minilm-tuned
     JEVMEM_TOKEN_BUDGET        max packed input tokens per request, checked before queueing

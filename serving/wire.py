@@ -196,12 +196,19 @@ class ParsedBody:
 
 
 def media_type(request: Request) -> str:
+    """The request's media type, lower case and without parameters ("" when there is no Content-Type). A value
+    that is not `type/subtype` comes back as sent (at most 100 characters), for the 415 to name; `email` would read
+    it as text/plain."""
     header = request.headers.get("content-type")
     if not header:
         return ""
     message = Message()
     message["content-type"] = header
-    return message.get_content_type()
+    parsed = message.get_content_type()
+    sent = header.split(";", 1)[0].strip().lower()
+    if parsed == "text/plain" and sent != "text/plain":
+        return sent[:100] or header.strip()[:100]
+    return parsed
 
 
 class _RawFieldParser(MultiPartParser):

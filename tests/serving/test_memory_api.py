@@ -234,7 +234,7 @@ async def test_integral_floats_are_integers(fake_memory: tuple[httpx2.AsyncClien
 async def test_405_lists_every_method_of_the_path(fake_memory: tuple[httpx2.AsyncClient, FakeEngine]) -> None:
     client, _ = fake_memory
     r = await client.request("OPTIONS", f"{M}/nodes/abc")
-    assert r.status_code == 405 and r.headers["allow"] == "DELETE, GET, PATCH"
+    assert r.status_code == 405 and r.headers["allow"] == "DELETE, GET, HEAD, PATCH"
 
 
 # ----------------------------------------------------------------------------------- relink
