@@ -12,6 +12,10 @@ The whole input is read and checked first (a bad record anywhere stores nothing,
   (records 1..k, with the line or LoCoMo turn of record k) and to resume with `--skip k`, which skips the first k
   records of the input (blank lines do not count), so the rerun stores each record once.
 
+Ctrl-C takes effect where the count of stored records is exact: after the record in progress (the batch it belongs to
+rolls back), or, when it comes while a batch commits, before the next batch starts; the message then says which
+records are stored, as after a failure. A second Ctrl-C stops at once.
+
 A resumed run is a new engine: the records it writes are linked to everything stored, but its consolidation counts
 writes from the resumed record, so its summaries may fall at other records than one uninterrupted run's.
 """
@@ -19,8 +23,11 @@ writes from the resumed record, so its summaries may fall at other records than 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,11 +74,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     todo = records[args.skip:]
     mode = "all or nothing" if args.batch_size is None else f"batches of {args.batch_size}"
     with open_engine(args, create=True, db=db) as engine, progress_bar(len(records), f"ingest ({mode})",
-                                                                    initial=args.skip) as bar:
+                                                                    initial=args.skip) as bar, interrupt_at_records() as stop:
         if args.batch_size is None:
-            results = _write_whole(engine, todo, bar, source, db, args.skip)
+            results = _write_whole(engine, todo, bar, source, db, args.skip, stop)
         else:
-            results = _write_batches(engine, todo, bar, source, db, args.skip, args.batch_size)
+            results = _write_batches(engine, todo, bar, source, db, args.skip, args.batch_size, stop)
         pending = sum(r.link_status.value == "relations_pending" for r in results)
         stats = engine.stats()
     skipped = f" (records {args.skip + 1}..{len(records)}; the first {args.skip} skipped)" if args.skip else ""
@@ -107,26 +114,64 @@ def _locomo_records(args: argparse.Namespace) -> list[Record]:
     return [Record(obs, f"turn {', '.join(obs.source_ids)}") for obs in locomo_observations(convs[0])]
 
 
-def _write_whole(engine: Any, todo: list[Record], bar: Any, source: str, db: Path, skip: int) -> list[WriteResult]:
-    """One all-or-nothing batch (`Engine.write_many`)."""
+@contextmanager
+def interrupt_at_records() -> Iterator[Callable[[], None]]:
+    """Ctrl-C (SIGINT) only marks the ingest as stopped; the check yielded raises KeyboardInterrupt where the stored
+    count is known (between records, inside the batch's transaction, so the batch rolls back; before a batch). A
+    second Ctrl-C interrupts at once. Off the main thread, where no handler can be set, Ctrl-C is left as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+    asked: list[int] = []
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        if asked:
+            raise KeyboardInterrupt
+        asked.append(signum)
+        print("\njevmem ingest: stopping after the record in progress (Ctrl-C again to stop at once)", file=sys.stderr)
+
+    def check() -> None:
+        if asked:
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
-        return list(engine.write_many([r.observation for r in todo], progress=lambda done: bar.update(skip + done - bar.n)))
+        yield check
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _progress(bar: Any, offset: int, stop: Callable[[], None]) -> Callable[[int], None]:
+    def advance(done: int) -> None:
+        bar.update(offset + done - bar.n)
+        stop()
+
+    return advance
+
+
+def _write_whole(engine: Any, todo: list[Record], bar: Any, source: str, db: Path, skip: int,
+                 stop: Callable[[], None]) -> list[WriteResult]:
+    """One all-or-nothing batch (`Engine.write_many`)."""
+    what = f"nothing from {source}" if not skip else f"none of records {skip + 1}..{skip + len(todo)} of {source}"
+    try:
+        return list(engine.write_many([r.observation for r in todo], progress=_progress(bar, skip, stop)))
     except MemoryEngineError as error:
-        what = f"nothing from {source}" if not skip else f"none of records {skip + 1}..{skip + len(todo)} of {source}"
         raise CommandError(f"{what} was stored in {db} (the whole file is written or none of it; fix the cause and run "
                            f"the same command again): {error}") from error
+    except KeyboardInterrupt:
+        print(f"jevmem ingest: {what} was stored in {db}; run the same command again to ingest it", file=sys.stderr)
+        raise
 
 
 def _write_batches(engine: Any, todo: list[Record], bar: Any, source: str, db: Path, skip: int,
-                   size: int) -> list[WriteResult]:
+                   size: int, stop: Callable[[], None]) -> list[WriteResult]:
     """Committed batches of `size`; a failure says which records are stored and how to resume."""
     results: list[WriteResult] = []
     for start in range(0, len(todo), size):
         batch = todo[start : start + size]
-        offset = skip + start
         try:
-            results += engine.write_many([r.observation for r in batch],
-                                         progress=lambda done, offset=offset: bar.update(offset + done - bar.n))
+            stop()  # a Ctrl-C that came while the batch before committed
+            results += engine.write_many([r.observation for r in batch], progress=_progress(bar, skip + start, stop))
         except (MemoryEngineError, ControllerError) as error:
             raise CommandError(_resume_message(todo, source, db, skip, start, error)) from error
         except BaseException:  # interrupted (Ctrl-C) or unexpected: say what is stored before it propagates

@@ -173,3 +173,64 @@ def test_a_blank_conversation_id_is_a_usage_error(tmp_path: Path, capsys: pytest
     code, out, err = run(capsys, "ingest", "--db", str(db), *argv, "--conversation", "", "--embedder", "hashing")
     expected = "--conversation goes with --locomo" if source == "jsonl" else "--conversation needs a LoCoMo sample id"
     assert code == 2 and expected in err and err.count("\n") == 1 and out == "" and not db.exists()
+
+
+# ------------------------------------------------------------------------------------ Ctrl-C
+def _interrupt_when(monkeypatch: pytest.MonkeyPatch, where: str, call: int) -> None:
+    """Send SIGINT to this process in the `call`-th `write_many`: after its first record ("record"), or once it has
+    returned, its batch committed ("committed")."""
+    import signal
+
+    from memory.engine import Engine
+
+    real = Engine.write_many
+    calls = [0]
+
+    def interrupting(self: Engine, observations: Any, progress: Any = None) -> Any:
+        calls[0] += 1
+        if calls[0] != call:
+            return real(self, observations, progress=progress)
+        if where == "committed":
+            results = real(self, observations, progress=progress)
+            signal.raise_signal(signal.SIGINT)
+            return results
+
+        def first_record(done: int) -> None:
+            if done == 1:
+                signal.raise_signal(signal.SIGINT)
+            progress(done)
+
+        return real(self, observations, progress=first_record)
+
+    monkeypatch.setattr(Engine, "write_many", interrupting)
+
+
+@pytest.mark.parametrize(("where", "stored"), [("record", 2), ("committed", 4)])
+def test_ctrl_c_says_exactly_which_records_are_stored_and_the_resume_stores_each_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, where: str, stored: int,
+) -> None:
+    """Ctrl-C in the second batch of two: mid-batch, that batch rolls back; while it commits (the window between the
+    commit and the count), the count still includes it, so `--skip` neither duplicates nor drops a record."""
+    db, src = tmp_path / "m.db", _jsonl(tmp_path / "obs.jsonl", 6)
+    _interrupt_when(monkeypatch, where, call=2)
+    code, _, err = run(capsys, "ingest", "--db", str(db), "--jsonl", str(src), "--embedder", "hashing", "--batch-size", "2")
+    assert code == 130 and "stopping after the record in progress" in err
+    assert f"records 1..{stored} of" in err and f"--skip {stored}" in err
+    assert _stored_sources(db) == [f"d{i}" for i in range(1, stored + 1)]
+    monkeypatch.undo()
+    code, _, _ = run(capsys, "ingest", "--db", str(db), "--jsonl", str(src), "--embedder", "hashing", "--batch-size", "2",
+                     "--skip", str(stored))
+    assert code == 0 and _stored_sources(db) == [f"d{i}" for i in range(1, 7)]
+
+
+def test_ctrl_c_in_an_all_or_nothing_ingest_stores_nothing_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import signal
+
+    db = tmp_path / "m.db"
+    _interrupt_when(monkeypatch, "record", call=1)
+    code, _, err = run(capsys, "ingest", "--db", str(db), "--jsonl", str(_jsonl(tmp_path / "obs.jsonl", 3)), "--embedder", "hashing")
+    assert code == 130 and "nothing from" in err and "was stored" in err
+    assert _stored_sources(db) == []
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
