@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -129,16 +130,23 @@ async def test_a_full_memory_queue_is_429_at_once(make_app: Any) -> None:
     assert len(engine.nodes) == 3
 
 
-async def test_a_memory_call_whose_caller_goes_away_before_it_starts_never_runs() -> None:
-    """A guard (asyncio already cancelled a queued executor call) that the bounded line keeps it, and frees the slot."""
+def _blocking_calls() -> tuple[threading.Event, list[str], Callable[..., str]]:
+    """A memory call that holds the memory thread until `release` is set (10 s at most), and the names of the calls
+    that ran."""
     release = threading.Event()
     ran: list[str] = []
 
     def blocking(engine: Any, name: str) -> str:
-        release.wait(5.0)
+        release.wait(10.0)
         ran.append(name)
         return name
 
+    return release, ran, blocking
+
+
+async def test_a_memory_call_whose_caller_goes_away_before_it_starts_never_runs() -> None:
+    """A guard (asyncio already cancelled a queued executor call) that the bounded line keeps it, and frees the slot."""
+    release, ran, blocking = _blocking_calls()
     service = MemoryService(FakeEngine(), max_pending=8)
     try:
         first = asyncio.create_task(service.call(blocking, "first"))
@@ -152,6 +160,27 @@ async def test_a_memory_call_whose_caller_goes_away_before_it_starts_never_runs(
         await asyncio.sleep(0.05)
         assert ran == ["first"] and service.pending == 0  # and its slot is free again
     finally:
+        await service.close()
+
+
+async def test_a_memory_call_counts_its_start_deadline_from_the_requests_arrival() -> None:
+    """A request that spent its deadline before it was queued (a slow upload) is dropped as soon as it waits,
+    instead of waiting the whole deadline again on the memory thread."""
+    release, ran, blocking = _blocking_calls()
+    service = MemoryService(FakeEngine(), max_pending=8, start_timeout_s=5.0)
+    try:
+        first = asyncio.create_task(service.call(blocking, "first"))
+        await asyncio.sleep(0.05)
+        started = time.monotonic()
+        with pytest.raises(RequestTimeoutError, match="of its arrival"):
+            await service.call(blocking, "late", arrived=time.monotonic() - 4.9)  # 0.1 s of its 5 s left
+        assert time.monotonic() - started < 2.0
+        release.set()
+        assert await first == "first"
+        await asyncio.sleep(0.05)
+        assert ran == ["first"] and service.pending == 0  # the late call never ran, and its slot is free
+    finally:
+        release.set()
         await service.close()
 
 
