@@ -20,6 +20,7 @@ from controller.client import AsyncSystemOneClient, SystemOneClient
 from controller.errors import (
     ArtifactError,
     BackendOptionError,
+    BackendOptionValueError,
     BackendError,
     BackendUnavailableError,
     CalibrationMismatchError,
@@ -39,6 +40,7 @@ __all__ = [
     "Backend",
     "BackendError",
     "BackendOptionError",
+    "BackendOptionValueError",
     "BackendRequest",
     "BackendResult",
     "BackendUnavailableError",

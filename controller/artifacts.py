@@ -23,6 +23,9 @@ import json
 import logging
 import shutil
 import threading
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,8 +34,10 @@ from controller.backend import ModelInfo
 from controller.calibration import Calibration, identity, load_calibration, save_calibration
 from controller.errors import ArtifactError
 from controller.adapters import canonical_adapter_config, quiet_peft
+from controller.artifact_checks import ENCODER_PATHS, check_adapter, check_config, check_heads
 from controller.files import atomic_directory, atomic_file, write_json_atomic, write_text_atomic
 from controller.states import StateConventions, read_states
+from controller.strict_json import unique_object
 from controller.template import TEMPLATE_VERSION, template_config
 
 if TYPE_CHECKING:
@@ -130,13 +135,13 @@ def save_artifact(
             model.bert.save_pretrained(str(adapter))
             canonical_adapter_config(adapter / "adapter_config.json")
             (adapter / "README.md").unlink(missing_ok=True)  # peft's template card: MODEL_CARD.md is the artifact's
-        config["encoder"] = {"kind": "lora", "path": "adapter"}
+        config["encoder"] = {"kind": "lora", "path": ENCODER_PATHS["lora"]}
         config["base_model"] = {"id": BASE_MODEL_ID, "file": BASE_WEIGHTS, "sha256": file_sha256(base / BASE_WEIGHTS)}
     else:
         weights = {k: v.detach().contiguous().cpu() for k, v in model.bert.state_dict().items()}
         with atomic_file(out / "encoder.safetensors") as tmp:
             save_file(weights, str(tmp))
-        config["encoder"] = {"kind": "full", "path": "encoder.safetensors"}
+        config["encoder"] = {"kind": "full", "path": ENCODER_PATHS["full"]}
     heads = {k: v.detach().contiguous().cpu() for k, v in model.heads.state_dict().items()}
     with atomic_file(out / "heads.safetensors") as tmp:
         save_file({f"heads.{k}": v for k, v in heads.items()}, str(tmp))
@@ -164,7 +169,10 @@ def artifact_hash(model_dir: str | Path) -> str:
     h = hashlib.sha256()
     for f in files:
         h.update(f.relative_to(root).as_posix().encode() + b"\0")
-        h.update(hashlib.sha256(f.read_bytes()).digest())
+        try:
+            h.update(hashlib.sha256(f.read_bytes()).digest())
+        except OSError as error:  # unreadable (another account's file, an I/O error)
+            raise ArtifactError(f"cannot read {f} to hash the model directory: {error}") from error
     return h.hexdigest()
 
 
@@ -183,9 +191,12 @@ def file_sha256(path: str | Path) -> str:
     with _SHA_LOCK:
         if key not in _SHA_CACHE:
             h = hashlib.sha256()
-            with p.open("rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(chunk)
+            try:
+                with p.open("rb") as fh:
+                    for chunk in iter(lambda: fh.read(1 << 20), b""):
+                        h.update(chunk)
+            except OSError as error:  # a directory in its place, no read permission
+                raise ArtifactError(f"cannot read {p}: {error}") from error
             _SHA_CACHE[key] = h.hexdigest()
         return _SHA_CACHE[key]
 
@@ -200,8 +211,8 @@ def load_artifact(model_dir: str | Path, *, base_path: str | Path | None = None,
     `states.json`: a specialist is rendered with its parent's conventions (`controller.specialists`)."""
     root = Path(model_dir)
     try:
-        config = json.loads((root / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
+        config = json.loads((root / "config.json").read_text(encoding="utf-8"), object_pairs_hook=unique_object)
+    except (OSError, ValueError) as error:  # a duplicate key too (`controller.strict_json`)
         raise ArtifactError(f"cannot read {root / 'config.json'}: {error}") from error
     if not isinstance(config, dict):
         raise ArtifactError(f"{root / 'config.json'} is not a JSON object")
@@ -216,6 +227,7 @@ def load_artifact(model_dir: str | Path, *, base_path: str | Path | None = None,
     named = all(isinstance(config.get(key), str) for key in ("name", "version"))
     if not named or not isinstance(encoder, dict) or not isinstance(encoder.get("path"), str):
         raise ArtifactError(f"{root / 'config.json'} lacks a string name and version or an encoder object with a path")
+    encoder = check_config(root, config)
     missing = [name for name in _weight_files(encoder) if not (root / name).is_file()]
     if missing:
         raise ArtifactError(f"{root} lacks {', '.join(missing)}: the model directory is incomplete")
@@ -228,16 +240,14 @@ def load_artifact(model_dir: str | Path, *, base_path: str | Path | None = None,
     digest = artifact_hash(root)
     base = Path(base_path) if base_path is not None else _default_base()
     try:
-        if encoder.get("kind") == "lora":
-            expected = config.get("base_model", {}).get("sha256")
+        if encoder["kind"] == "lora":
+            expected = config["base_model"]["sha256"]
             actual = file_sha256(base / BASE_WEIGHTS)
             if expected != actual:
                 raise ArtifactError(f"base weights {base / BASE_WEIGHTS} have sha256 {actual[:12]}..., the adapter was trained on {str(expected)[:12]}...")
             model = _with_adapter(_base_model(base), root / encoder["path"])
-        elif encoder.get("kind") == "full":
-            model = _full_model(config["bert_config"], root / encoder["path"])
         else:
-            raise ArtifactError(f"{root}: unknown encoder kind {encoder.get('kind')!r}")
+            model = _full_model(config["bert_config"], root / encoder["path"])
         _load_heads(model, root / "heads.safetensors")
     except ArtifactError:
         raise
@@ -302,7 +312,7 @@ def _base_model(base: Path, *, seed: int = 0) -> PackedCrossEncoder:
 
     try:
         return PackedCrossEncoder.from_base(base, seed=seed)
-    except (OSError, ValueError) as error:
+    except Exception as error:  # OSError, ValueError, and safetensors' own type for a cut weights file
         raise ArtifactError(f"cannot load the base model in {base}: {error}") from error
 
 
@@ -313,15 +323,20 @@ def _full_model(bert_config: dict[str, Any], weights: Path) -> PackedCrossEncode
 
     try:
         return PackedCrossEncoder.from_weights(BertConfig(**bert_config), weights)
-    except ValueError as error:
+    except ValueError as error:  # names the file and the tensor already
         raise ArtifactError(str(error)) from error
+    except Exception as error:  # safetensors' own type for a cut or foreign file, transformers' for a bad config
+        raise ArtifactError(f"cannot load the encoder weights {weights}: {error}") from error
 
 
 def _with_adapter(model: PackedCrossEncoder, adapter_dir: Path) -> PackedCrossEncoder:
     from peft import PeftModel
 
-    with quiet_peft():
+    with _naming(adapter_dir, "the LoRA adapter"), quiet_peft(), warnings.catch_warnings():
+        # peft leaves a LoRA tensor missing from the file at its random init with only a warning: `check_adapter` refuses it
+        warnings.filterwarnings("ignore", message="Found missing adapter keys", category=UserWarning)
         peft_model = PeftModel.from_pretrained(model.bert, str(adapter_dir))
+        check_adapter(peft_model, adapter_dir)
         model.bert = peft_model.merge_and_unload()
     return model
 
@@ -329,8 +344,22 @@ def _with_adapter(model: PackedCrossEncoder, adapter_dir: Path) -> PackedCrossEn
 def _load_heads(model: PackedCrossEncoder, path: Path) -> None:
     from safetensors.torch import load_file
 
-    state = {k.removeprefix("heads."): v for k, v in load_file(str(path)).items()}
-    model.heads.load_state_dict(state, strict=True)
+    with _naming(path, "the heads"):
+        state = load_file(str(path))
+    model.heads.load_state_dict(check_heads(state, path, int(model.config.hidden_size)), strict=True)
+
+
+@contextmanager
+def _naming(path: Path, what: str) -> Iterator[None]:
+    """Any error but an `ArtifactError` (which names its file already) becomes one naming `path`."""
+    try:
+        yield
+    except ArtifactError:
+        raise
+    except Exception as error:  # safetensors, peft and torch raise their own types for corrupt files
+        detail = " ".join(str(error).split())  # torch lists every mismatched tensor on a line of its own
+        detail = detail if len(detail) <= 400 else detail[:400] + " ..."
+        raise ArtifactError(f"cannot load {what} in {path}: {detail}") from error
 
 
 def _default_card(config: dict[str, Any], digest: str) -> str:

@@ -43,6 +43,7 @@ from controller.calibration_fit import Fitter
 from controller.errors import ArtifactError, CalibrationMismatchError
 from controller.files import write_json_atomic
 from controller.states import STATES_FILE, StateConventions, conventions_dir, read_states
+from controller.strict_json import unique_object
 
 FORMAT = "jevmem-calibration/1"
 _BUCKETS: dict[str, tuple[tuple[int, int, str], ...]] = {
@@ -50,6 +51,10 @@ _BUCKETS: dict[str, tuple[tuple[int, int, str], ...]] = {
     "score": ((1, 3, "score:2-3"), (4, 6, "score:4-6"), (7, 10**9, "score:7-10")),
 }
 GROUPS: tuple[str, ...] = ("noul", *(name for buckets in _BUCKETS.values() for _, _, name in buckets))
+# A fit lies in [0.05, 20] (`calibration_fit`); a temperature far outside is no fit but a damaged file: near 1e-308,
+# z / T overflows and the softmax turns into NaN, near 1e308 every answer reads as a coin flip.
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-3, 1e3
+_NUMBER_TABLES = ("temperatures", "family_temperatures", "family_biases", "prior_shifts")
 
 
 def group_of(kind: str, n_options: int) -> str:
@@ -80,6 +85,9 @@ class Calibration:
                 raise ArtifactError(f"unknown calibration group {name!r}; expected one of {', '.join(GROUPS)}")
             if not (math.isfinite(t) and t > 0):
                 raise ArtifactError(f"temperature of {name!r} must be a positive number, not {t!r}")
+            if not MIN_TEMPERATURE <= t <= MAX_TEMPERATURE:
+                raise ArtifactError(f"temperature of {name!r} is {t!r}, outside [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}]: "
+                                    "no fit gives that, the file is damaged")
         for name, b in self.family_biases.items():
             if not name.endswith(":noul") or name not in self.family_temperatures:
                 raise ArtifactError(f"a bias needs a family Noul temperature beside it, got {name!r}")
@@ -138,10 +146,23 @@ class Calibration:
     def from_json(cls, data: dict[str, Any]) -> Calibration:
         if data.get("format") != FORMAT:
             raise ArtifactError(f"calibration format {data.get('format')!r} is not {FORMAT!r}")
-        return cls({k: float(v) for k, v in data.get("temperatures", {}).items()}, data.get("model_hash"), dict(data.get("fitted_on", {})),
-                   {k: float(v) for k, v in data.get("family_temperatures", {}).items()},
-                   {k: float(v) for k, v in data.get("family_biases", {}).items()},
-                   {k: float(v) for k, v in data.get("prior_shifts", {}).items()})
+        tables = {key: _numbers(data, key) for key in _NUMBER_TABLES}
+        fitted_on = data.get("fitted_on", {})
+        if not isinstance(fitted_on, dict):
+            raise ArtifactError(f"'fitted_on' must be a JSON object, not {type(fitted_on).__name__}")
+        return cls(tables["temperatures"], data.get("model_hash"), dict(fitted_on), tables["family_temperatures"],
+                   tables["family_biases"], tables["prior_shifts"])
+
+
+def _numbers(data: dict[str, Any], key: str) -> dict[str, float]:
+    """`data[key]` as a name -> float table; a JSON string or boolean is refused, not converted (`"2.5"`, `true`)."""
+    table = data.get(key, {})
+    if not isinstance(table, dict):
+        raise ArtifactError(f"{key!r} must be a JSON object of numbers, not {type(table).__name__}")
+    bad = [name for name, value in table.items() if isinstance(value, bool) or not isinstance(value, (int, float))]
+    if bad:
+        raise ArtifactError(f"{key!r} must map names to numbers; {bad[0]!r} is {table[bad[0]]!r}")
+    return {name: float(value) for name, value in table.items()}
 
 
 def identity(model_hash: str | None = None) -> Calibration:
@@ -166,8 +187,8 @@ def load_calibration(path: str | Path, model_hash: str, states: StateConventions
     directory's `states`, under other state conventions than those it records (a file without the record,
     written before it existed, is not checked)."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
+        data = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=unique_object)
+    except (OSError, ValueError) as error:  # a duplicate key too: the parser would keep the last value silently
         raise ArtifactError(f"cannot read calibration file {path}: {error}") from error
     if not isinstance(data, dict):
         raise ArtifactError(f"cannot read calibration file {path}: not a JSON object")

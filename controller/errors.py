@@ -12,6 +12,7 @@
     │   │                                `ensure_graph` then builds in a private temporary directory instead
     │   ├── UnknownBackendError          no backend registered under that name, or an object that is no Backend
     │   └── BackendOptionError           a backend factory given a keyword option it does not take (also a TypeError)
+    │       └── BackendOptionValueError  ... or one it takes with a value it cannot use (also a ValueError)
     └── ArtifactError                    a model directory is missing, corrupt or mismatched
         ├── CalibrationMismatchError     calibration.json was fitted on another model hash (or states.json)
         └── ParityError                  an exported graph disagrees with torch above tolerance
@@ -79,6 +80,12 @@ class BackendOptionError(BackendError, TypeError):
         self.backend = backend
         self.option = option
         self.detail = detail
+
+
+class BackendOptionValueError(BackendOptionError, ValueError):
+    """A backend option of the wrong type or out of range (`{"threads": "2"}`, `{"quantize": "false"}`). A
+    `BackendOptionError`, so the server reports it as a setting, and a `ValueError`, as the checks it replaces were."""
+
 
 class ArtifactError(ControllerError):
     """A model directory is missing files, corrupt, or inconsistent."""

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from controller.artifacts import file_sha256
-from controller.errors import BackendUnavailableError
+from controller.errors import ArtifactError, BackendUnavailableError
 from controller.files import fsync_file, new_temp
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,12 @@ def read_cached_record(path: Path, model_hash: str, required: Sequence[str] = ()
     if record["model_hash"] != model_hash:
         log.warning("rebuilding the cached graph %s: it was built for model %s", path, str(record["model_hash"])[:12])
         return None
-    if record["sha256"] != file_sha256(path):
+    try:
+        actual = file_sha256(path)
+    except ArtifactError as error:  # a directory in its place, a file this account cannot read
+        log.warning("rebuilding the cached graph %s: it cannot be read (%s)", path, error.__cause__ or error)
+        return None
+    if record["sha256"] != actual:
         log.warning("rebuilding the cached graph %s: the file changed since it passed parity", path)
         return None
     return record

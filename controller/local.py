@@ -14,6 +14,7 @@ tokens the model read for the request (padding excluded; for `npair` the state i
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -24,8 +25,9 @@ import numpy as np
 
 from controller.artifacts import DEFAULT_MODEL_DIR, LoadedModel, load_artifact, load_untrained
 from controller.backend import BackendRequest, BackendResult, ModelInfo
-from controller.errors import ArtifactError, BackendError, BackendUnavailableError
-from controller.families import calibration_key
+from controller.errors import ArtifactError, BackendError, BackendOptionValueError, BackendUnavailableError
+from controller.families import FAMILIES, calibration_key
+from controller.local_options import check_local_options, check_path_option
 from controller.packing import Encoding, PackedBatch, make_batches, rows_tokens
 from controller.specialists import combined_hash, load_specialists, request_family
 from controller.states import StateConventions
@@ -33,7 +35,6 @@ from controller.template import (
     DEFAULT_MAX_REQUEST_TOKENS,
     DEFAULT_MAX_SEQUENCE_TOKENS,
     MAX_POSITIONS,
-    OVERFLOW_POLICIES,
     Overflow,
     get_tokenizer,
     tokenize_request,
@@ -66,17 +67,14 @@ class LocalBackend:
         specialists: Mapping[str, LoadedModel] | None = None,
         lock: threading.Lock | None = None,
     ) -> None:
-        if runtime not in ("onnx", "torch"):
-            raise ValueError(f"runtime must be 'onnx' or 'torch', not {runtime!r}")
-        if encoding not in ("packed", "npair"):
-            raise ValueError(f"encoding must be 'packed' or 'npair', not {encoding!r}")
-        if quantize and runtime != "onnx":
-            raise ValueError("int8 quantisation is only available with runtime='onnx'")
+        options = {"runtime": runtime, "encoding": encoding, "quantize": quantize, "threads": threads, "device": device,
+                   "export_method": export_method, "max_request_tokens": max_request_tokens, "max_sequence_tokens": max_sequence_tokens,
+                   "max_batch_tokens": max_batch_tokens, "max_padding": max_padding, "spinning": spinning, "overflow": overflow}
+        check_local_options(options)
+        _check_internal(specialists, lock)
         self._loaded = loaded
         self.runtime, self.encoding, self.quantized = runtime, encoding, False
         self._tokenizer = get_tokenizer(loaded.tokenizer_dir)
-        if overflow not in OVERFLOW_POLICIES:
-            raise ValueError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}, not {overflow!r}")
         # A base encoder with fewer position embeddings than the template allows bounds every branch itself.
         positions = min(MAX_POSITIONS, int(getattr(loaded.model.config, "max_position_embeddings", MAX_POSITIONS)))
         self._limits: dict[str, Any] = {"max_positions": positions, "max_request_tokens": max_request_tokens, "overflow": overflow}
@@ -87,9 +85,6 @@ class LocalBackend:
             self._run = self._torch_runner(threads, device)
         else:
             self._run = self._onnx_runner(threads, device, quantize, export_method, spinning)
-        options = {"runtime": runtime, "encoding": encoding, "quantize": quantize, "threads": threads, "device": device,
-                   "export_method": export_method, "max_request_tokens": max_request_tokens, "max_sequence_tokens": max_sequence_tokens,
-                   "max_batch_tokens": max_batch_tokens, "max_padding": max_padding, "spinning": spinning, "overflow": overflow}
         self._specialists = {family: LocalBackend(sub, lock=self._lock, **options) for family, sub in (specialists or {}).items()}
         self._hash = combined_hash(loaded.model_hash, {f: s._loaded.model_hash for f, s in self._specialists.items()})
         extra = "".join(f" +{family} specialist" for family in sorted(self._specialists))
@@ -110,6 +105,14 @@ class LocalBackend:
         **options: Any,
     ) -> LocalBackend:
         """Load `model_dir` (default: the committed model; the untrained base model when there is none)."""
+        check_path_option("model_dir", model_dir)
+        check_path_option("base_path", base_path)
+        # Options are checked before the model is loaded: an unknown name raises the TypeError `create_backend` reports
+        bound = inspect.signature(cls).bind(None, runtime=runtime, encoding=encoding, quantize=quantize, threads=threads,
+                                            device=device, **options)
+        bound.apply_defaults()
+        check_local_options({name: value for name, value in bound.arguments.items() if name not in ("loaded", "specialists", "lock")})
+        _check_internal(options.get("specialists"), options.get("lock"))
         if model_dir is None and (DEFAULT_MODEL_DIR / "config.json").exists():
             model_dir = DEFAULT_MODEL_DIR
         if model_dir is None:
@@ -249,6 +252,18 @@ class LocalBackend:
                 return session.run(["logits"], batch.arrays())[0]
 
         return run
+
+
+def _check_internal(specialists: Any, lock: Any) -> None:
+    """The constructor's own arguments, which a factory's caller can also reach (`specialists={}` turns them off)."""
+    if specialists is not None and not (isinstance(specialists, Mapping) and all(
+            family in FAMILIES and isinstance(sub, LoadedModel) for family, sub in specialists.items())):
+        raise BackendOptionValueError(f"backend 'local' cannot use the keyword argument specialists={specialists!r}: it must map "
+                                      "family names to loaded models (load_specialists), or be {} for none",
+                                      backend="local", option="specialists", detail="not a family -> LoadedModel mapping")
+    if lock is not None and not (callable(getattr(lock, "acquire", None)) and callable(getattr(lock, "release", None))):
+        raise BackendOptionValueError(f"backend 'local' cannot use the keyword argument lock={lock!r}: it must be a threading.Lock",
+                                      backend="local", option="lock", detail="not a lock")
 
 
 def _closed(batch: PackedBatch) -> np.ndarray:

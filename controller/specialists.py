@@ -28,6 +28,7 @@ from controller.errors import ArtifactError
 from controller.families import FAMILIES, calibration_key
 from controller.files import write_json_atomic
 from controller.states import SPECIALISTS_INDEX, read_states
+from controller.strict_json import unique_object
 
 FORMAT = "jevmem-specialists/1"
 INDEX = SPECIALISTS_INDEX
@@ -40,8 +41,8 @@ def read_index(model_dir: str | Path) -> dict[str, dict[str, str]]:
     if not path.exists():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
+        data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=unique_object)
+    except (OSError, ValueError) as error:  # a duplicate key too (`controller.strict_json`)
         raise ArtifactError(f"cannot read {path}: {error}") from error
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("families"), dict):
         raise ArtifactError(f"{path} is not a {FORMAT} index")
@@ -51,7 +52,10 @@ def read_index(model_dir: str | Path) -> dict[str, dict[str, str]]:
             raise ArtifactError(f"{path}: unknown family {family!r} (known: {', '.join(FAMILIES)})")
         if not isinstance(entry, dict) or not isinstance(entry.get("path"), str) or not isinstance(entry.get("artifact_hash"), str):
             raise ArtifactError(f"{path}: the {family!r} entry needs a 'path' and an 'artifact_hash'")
-        sub = (root / entry["path"]).resolve()
+        try:
+            sub = (root / entry["path"]).resolve()
+        except (OSError, ValueError) as error:  # a NUL byte, a symlink loop
+            raise ArtifactError(f"{path}: the {family!r} entry's path {entry['path']!r} is not a usable folder name: {error}") from error
         if not sub.is_relative_to(root.resolve()) or sub == root.resolve():
             raise ArtifactError(f"{path}: the {family!r} specialist must live in a folder under {root}")
         families[family] = {"path": entry["path"], "artifact_hash": entry["artifact_hash"]}

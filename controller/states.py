@@ -25,6 +25,7 @@ from typing import Any
 
 from controller.errors import ArtifactError
 from controller.files import write_json_atomic
+from controller.strict_json import unique_object
 
 FORMAT = "jevmem-states/1"
 STATES_FILE = "states.json"
@@ -48,8 +49,8 @@ def read_states(model_dir: str | Path) -> StateConventions:
     if not path.exists():
         return StateConventions()
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
+        data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=unique_object)
+    except (OSError, ValueError) as error:  # a duplicate key too (`controller.strict_json`)
         raise ArtifactError(f"cannot read {path}: {error}") from error
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ArtifactError(f"{path} is not a {FORMAT} file")

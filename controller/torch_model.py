@@ -144,6 +144,13 @@ class PackedCrossEncoder(nn.Module):
         # Checkpoints may carry the pooler (unused here) and the `position_ids` buffer (rebuilt by BertModel).
         skip = ("pooler.", "embeddings.position_ids")
         state = {k.removeprefix("bert."): v for k, v in load_file(str(weights)).items() if not k.removeprefix("bert.").startswith(skip)}
+        reference = model.bert.state_dict()
+        for key, tensor in state.items():  # load_state_dict would raise a bare RuntimeError, or cast ints silently
+            ref = reference.get(key)
+            if ref is not None and tuple(tensor.shape) != tuple(ref.shape):
+                raise ValueError(f"{weights}: {key} has shape {tuple(tensor.shape)}, the BERT config expects {tuple(ref.shape)}")
+            if ref is not None and ref.is_floating_point() and not tensor.is_floating_point():
+                raise ValueError(f"{weights}: {key} is {str(tensor.dtype).removeprefix('torch.')}, not floating point")
         missing, unexpected = model.bert.load_state_dict(state, strict=False)
         if missing or unexpected:
             raise ValueError(f"{weights} does not fit the BERT config: missing {missing[:5]}, unexpected {unexpected[:5]}")

@@ -15,6 +15,7 @@ EXPORTED = {
     "Backend",
     "BackendError",
     "BackendOptionError",
+    "BackendOptionValueError",
     "BackendRequest",
     "BackendResult",
     "BackendUnavailableError",
