@@ -35,6 +35,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # or a stage that cannot run: a message, not a traceback
         print(f"error: {flag_names(str(error))}", file=sys.stderr)
         return 2
+    except OSError as error:  # the system refused a file no check foresaw (it names it): a message, not a traceback
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as interrupt:  # Ctrl-C: every file is whole (written atomically); a fit says how to resume
         print(f"interrupted: {interrupt}" if str(interrupt) else "interrupted", file=sys.stderr)
         return 130  # 128 + SIGINT, as a shell reports it

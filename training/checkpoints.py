@@ -114,7 +114,10 @@ def load_checkpoint(path: Path, model: Any, optimizer: Any, config: FitConfig, d
             or not isinstance(state.get("step"), int):
         raise CheckpointUnreadableError(f"{path} is not a fit checkpoint (no trainable weights, optimizer state or step); start a new run directory")
     if state.get("fingerprint") != config.fingerprint():
-        raise CheckpointError(f"{path} was written with another training configuration; start a new run directory")
+        recorded = recorded_fit_config(path.parent.parent)
+        changes = config.changes_from(recorded) if recorded is not None and recorded.fingerprint() == state.get("fingerprint") else ""
+        raise CheckpointError(f"{path} was written with another training configuration"
+                              + (f": {changes}; rerun with the checkpoints' settings, or" if changes else ";") + " start a new run directory")
     if state.get("data", data) != data:  # checkpoints from before the data fingerprint carry none
         raise CheckpointError(f"{path} was fitted on other training data (rebuilt since?); start a new run directory")
     params = dict(model.named_parameters())
@@ -126,6 +129,19 @@ def load_checkpoint(path: Path, model: Any, optimizer: Any, config: FitConfig, d
         raise CheckpointUnreadableError(f"{path} holds weights of the wrong shape: {bad[:4]}")
     _apply(path, state, params, optimizer)
     return int(state["step"]), dict(state.get("stats", {}))
+
+
+def recorded_fit_config(run_dir: Path) -> FitConfig | None:
+    """The configuration a fit under `run_dir` recorded when it started (`fit_config.json`), which its checkpoints
+    were written with; None when there is none that reads as one."""
+    import json
+
+    from training.trainer import FitConfig
+
+    try:
+        return FitConfig.from_json(json.loads((run_dir / "fit_config.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError, AttributeError):  # missing, torn, not an object, or a value FitConfig refuses
+        return None
 
 
 def _apply(path: Path, state: dict[str, Any], params: dict[str, Any], optimizer: Any) -> None:
@@ -152,5 +168,5 @@ def _apply(path: Path, state: dict[str, Any], params: dict[str, Any], optimizer:
         raise CheckpointUnreadableError(f"{path} has an optimizer state that does not fit the model: {error}") from error
 
 
-__all__ = ["checkpoint_dir", "clear_checkpoints", "data_fingerprint", "latest_checkpoint", "load_checkpoint", "resume_checkpoint",
-           "save_checkpoint", "trainable_state"]
+__all__ = ["checkpoint_dir", "clear_checkpoints", "data_fingerprint", "latest_checkpoint", "load_checkpoint", "recorded_fit_config",
+           "resume_checkpoint", "save_checkpoint", "trainable_state"]

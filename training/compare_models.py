@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from data.paths import write_text_atomic
+from data.paths import unwritable, write_text_atomic
 from training.predict import Prediction
 
 MAIN = "main"
@@ -117,6 +117,9 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         raise PipelineError(f"unknown families in --families: {', '.join(unknown)}; families: {', '.join(FAMILIES)}")
     set_torch_threads(args.threads)
+    problem = unwritable(Path(args.out), directory=False) if args.out else None
+    if problem:  # found at the write, it cost every model's scoring and was a traceback
+        raise PipelineError(f"cannot write --out {args.out}: {problem}")
     configs = [PipelineConfig(model_dir=d, data_dir=args.data_dir, base_path=args.base, progress=False) for d in args.model_dirs]
     examples = [e for e in split_examples(configs[0], args.split) if not families or e.family in families]
     if not examples:

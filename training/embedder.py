@@ -216,12 +216,49 @@ def check_base(base: Path | None) -> None:
                                         (" or ".join(WEIGHT_FILES), any((base / w).is_file() for w in WEIGHT_FILES))) if not found]
     if lacking:
         raise TrainingError(f"--base {base} is not a base model directory: it has no {' and no '.join(lacking)}")
+    _check_base_files(base)
     try:
         get_tokenizer(base)
     except BackendUnavailableError as error:
         raise TrainingError(f"--base {base} is not a base model directory: {error}") from error
     except Exception as error:  # the tokenizers package's own type: a damaged tokenizer.json
         raise TrainingError(f"--base {base}: cannot read its tokenizer.json: {error}") from error
+
+
+def _check_base_files(base: Path) -> None:
+    """`TrainingError` unless `base`'s config.json is a JSON object with a positive `num_hidden_layers` and its
+    model.safetensors (where it has one) opens: found at the fit's model load, they were a traceback after the data
+    was prepared. Reading a safetensors header maps the file, it reads no weights."""
+    import json
+
+    from training.errors import TrainingError
+
+    try:
+        config = json.loads((base / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:  # ValueError: not JSON, or not UTF-8
+        raise TrainingError(f"--base {base}: cannot read its config.json: {error}") from error
+    layers = config.get("num_hidden_layers") if isinstance(config, dict) else None
+    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
+        raise TrainingError(f"--base {base}: its config.json is not a BERT config (num_hidden_layers {layers!r})")
+    weights = base / "model.safetensors"
+    if weights.is_file():
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(weights), framework="pt"):
+                pass
+        except Exception as error:  # safetensors' own error type for a cut or foreign file
+            raise TrainingError(f"--base {base}: cannot read its model.safetensors: {error}") from error
+
+
+def base_layers(base: Path | None) -> int:
+    """The encoder layers of the base model (`--base`, None: the installed package); call `check_base` first."""
+    import json
+
+    from controller.embedding import base_model_path
+
+    config = json.loads(((base or base_model_path()) / "config.json").read_text(encoding="utf-8"))
+    return int(config["num_hidden_layers"])
 
 
 def _check_out(out_dir: Path, name: str) -> None:

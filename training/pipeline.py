@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from training.errors import PipelineError
+from training.pipeline_checks import check_resume, check_stage, data_changes
 from training.pipeline_config import DATA_SETTINGS, STAGES, PipelineConfig
 from training.pipeline_stages import (
     MEASURED,
@@ -48,6 +49,9 @@ def run_stage(cfg: PipelineConfig, stage: str, **options: Any) -> dict[str, Any]
     """Run one stage, record its wall-clock and summary, and refresh metrics.json / MODEL_CARD.md."""
     if stage not in _RUNNERS:
         raise PipelineError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
+    check_stage(cfg, stage)  # clashing directories, a model directory that is something else, a bad --base, ...
+    if options.get("resume"):
+        check_resume(cfg, skip_data=True, stages=(stage,))
     make_run_dir(cfg)
     changes = _config_changes(cfg)
     read_json(cfg.run / "stages.json", {})  # a record it cannot update fails here, not after the stage's work
@@ -127,15 +131,23 @@ def within_budget(cfg: PipelineConfig, elapsed_minutes: float) -> PipelineConfig
 def run_all(cfg: PipelineConfig, *, skip_data: bool = False, resume: bool = False) -> dict[str, Any]:
     """Every stage in order; returns the final metrics. The run's recipe (`pipeline_config.json`) is this one;
     a stage that the time budget shortened records the change (`config_changes` in stages.json)."""
-    from pathlib import Path
-
-    from training.embedder import check_base
-
     began = time.perf_counter()
-    check_base(Path(cfg.base_path) if cfg.base_path else None)  # every fit loads it: a bad one stops the run before the data build
+    for stage in STAGES:  # a bad --base, --model-dir, ... stops the run before the data build, not at its stage
+        check_stage(cfg, stage)
+    if not skip_data and not cfg.locomo and not cfg.include and not cfg.synthetic_per_family:
+        raise PipelineError("--synthetic-per-family 0 without --locomo or --include: the data build has nothing to build")
+    if resume:
+        check_resume(cfg, skip_data=skip_data)
     make_run_dir(cfg)
     read_json(cfg.run / "stages.json", {})  # every stage records into it: a file that is no record stops the run first
-    write_json(cfg.run / "pipeline_config.json", cfg.to_json())
+    recipe = cfg.to_json()
+    if skip_data:  # the data stay as built: the recipe keeps the settings they were built with, not flags without effect
+        changed = data_changes(cfg)
+        if changed:
+            log.warning("--skip-data: the data under %s stay as built; these flags do not change them: %s", cfg.data, changed)
+        recorded = read_json(cfg.run / "pipeline_config.json", None) or {}
+        recipe.update({k: recorded[k] for k in DATA_SETTINGS if k in recorded})
+    write_json(cfg.run / "pipeline_config.json", recipe)
     for stage in STAGES:
         if stage == "build_data" and skip_data:
             continue

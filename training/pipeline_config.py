@@ -97,7 +97,8 @@ class PipelineConfig:
         for name in ("specialist_steps", "max_questions"):
             if getattr(self, name) < 1:
                 raise PipelineError(f"PipelineConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("specialist_lora_layers", "specialist_max_minutes", "prior_min_examples", "synthetic_per_family", "total_minutes", "finish_minutes"):
+        for name in ("specialist_lora_layers", "specialist_max_minutes", "prior_min_examples", "synthetic_per_family", "total_minutes", "finish_minutes",
+                     "calibration_states", "eval_states", "robust_states", "npair_states"):  # the state counts: 0 is all (or none)
             if getattr(self, name) < 0:
                 raise PipelineError(f"PipelineConfig.{name} must be >= 0, got {getattr(self, name)}")
         if any(not source or ":" in source for source in self.specialist_sources):
@@ -129,9 +130,25 @@ def split_examples(cfg: PipelineConfig, split: str) -> list[Any]:
     """The decision examples of one split file under the run's data directory."""
     from data.schema import load_examples
 
-    if not (cfg.data / f"{split}.jsonl").exists():
+    path = cfg.data / f"{split}.jsonl"
+    if not path.exists():
         raise PipelineError(f"no {split}.jsonl under {cfg.data}: run `python -m training build-data --out {cfg.data}` first")
+    if _cut_short(path):  # the build writes whole lines (and swaps the directory in whole): a copy was cut short
+        raise PipelineError(f"{path} ends inside a record: the file is cut short (a copy or a disk that stopped); "
+                            f"rebuild the data (`python -m training build-data --out {cfg.data}`) or copy it again")
     return load_examples(cfg.data, split)
+
+
+def _cut_short(path: Path) -> bool:
+    """Whether a split file does not end with a line end (reading it would drop its last, torn, record)."""
+    try:
+        with path.open("rb") as handle:
+            if handle.seek(0, 2) == 0:
+                return False
+            handle.seek(-1, 2)
+            return handle.read(1) != b"\n"
+    except OSError:  # a directory, unreadable: `load_examples` names it
+        return False
 
 
 def heldout_examples(cfg: PipelineConfig) -> list[Any]:

@@ -149,6 +149,7 @@ def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
     import torch
 
     from controller.calibration import save_calibration
+    from controller.errors import ArtifactError
     from controller.specialists import read_index
     from controller.states import read_states
     from training.calibrate import calibrate_predictions
@@ -174,8 +175,11 @@ def stage_calibrate(cfg: PipelineConfig) -> dict[str, Any]:
         for target in (stage, *(stage / e["path"] for e in index.values())):  # refitting: old ones may be of other hashes
             (target / "calibration.json").unlink(missing_ok=True)
         local = replace(cfg, model_dir=str(stage))
-        loaded = load_model_for_inference(local, allow_uncalibrated=True)  # the calibrations were removed above
-        specialists = load_specialists(local, allow_uncalibrated=True)
+        try:
+            loaded = load_model_for_inference(local, allow_uncalibrated=True)  # the calibrations were removed above
+            specialists = load_specialists(local, allow_uncalibrated=True)
+        except ArtifactError as error:  # named as the command was given it, not as the copy being calibrated
+            raise ArtifactError(str(error).replace(str(stage), str(cfg.model))) from error
         examples = cap_states(calibration_examples, cfg.calibration_states, seed=cfg.fit.seed, by_source=False)
         requests, _ = prepare_requests(examples, tokenizer(cfg), max_questions=cfg.max_questions)
         for family, sub in specialists.items():

@@ -38,6 +38,10 @@ PRECISIONS = ("fp32", "bf16")
 _DEVICE = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
 
 
+# FitConfig fields a resumed fit may change: they do not change the weights a step computes.
+RUNTIME_KNOBS: tuple[str, ...] = ("threads", "checkpoint_every", "keep_checkpoints", "max_minutes", "device")
+
+
 @dataclass(frozen=True)
 class FitConfig:
     steps: int = 900  # ~2.7M packed tokens; `make train` plans 520 (capped at 26 min) plus a relevance specialist (docs/EXPERIMENTS.md)
@@ -88,6 +92,9 @@ class FitConfig:
         for name in ("warmup", "lora_dropout", "attention_dropout", "family_power", "npair_fraction"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"FitConfig.{name} must lie in [0, 1], got {getattr(self, name)}")
+        for name in ("lora_dropout", "attention_dropout"):  # 1 zeroes every activation: the fit's dropout refused it, a traceback
+            if getattr(self, name) == 1.0:
+                raise ValueError(f"FitConfig.{name} must be < 1 (1 drops every activation), got {getattr(self, name)}")
         if self.lora_layers < 0:
             raise ValueError(f"FitConfig.lora_layers must be >= 0 (0: every layer), got {self.lora_layers}")
         for name in ("weight_decay", "rps_weight", "listwise_weight", "max_minutes"):
@@ -111,7 +118,7 @@ class FitConfig:
 
     def fingerprint(self) -> str:
         """What a checkpoint must agree on to be resumed (run-time knobs excluded)."""
-        keep = {k: v for k, v in asdict(self).items() if k not in ("threads", "checkpoint_every", "keep_checkpoints", "max_minutes", "device")}
+        keep = {k: v for k, v in asdict(self).items() if k not in RUNTIME_KNOBS}
         if not keep["family_boost"]:  # added later: runs without a boost keep the fingerprint they had
             del keep["family_boost"]
         if keep["dropout"] == "torch":  # added later: runs from before it keep their fingerprint
@@ -121,6 +128,14 @@ class FitConfig:
         if keep["precision"] == "fp32":  # added later, likewise
             del keep["precision"]
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
+    def changes_from(self, recorded: FitConfig) -> str:
+        """The settings that make this configuration's fingerprint differ from `recorded`'s, as
+        `FitConfig.lr 0.002 (was 0.001)` (the command line names the flags); "" when none does."""
+        if self.fingerprint() == recorded.fingerprint():
+            return ""
+        return ", ".join(f"FitConfig.{f.name} {getattr(self, f.name)!r} (was {getattr(recorded, f.name)!r})" for f in fields(self)
+                         if f.name not in RUNTIME_KNOBS and getattr(self, f.name) != getattr(recorded, f.name))
 
 
 def resolve_device(name: str) -> Any:
