@@ -40,10 +40,27 @@ def check_config(root: Path, config: Mapping[str, Any]) -> dict[str, str]:
                             "(only that path is covered by the artifact hash the calibration pins)")
     if kind == "full" and not isinstance(config.get("bert_config"), dict):
         raise ArtifactError(f"{path}: full encoder weights need a 'bert_config' object, got {config.get('bert_config')!r}")
+    if kind == "full":
+        _check_bert_sizes(path, config["bert_config"])
     base = config.get("base_model")
     if kind == "lora" and not (isinstance(base, dict) and isinstance(base.get("sha256"), str)):
         raise ArtifactError(f"{path}: a LoRA adapter needs a 'base_model' object with the base weights' 'sha256', got {base!r}")
     return {"kind": kind, "path": expected}
+
+
+# Bounds on a full encoder's `bert_config` sizes: the model is built from them before its weights are read, so a
+# hostile config.json (hidden_size 10**9) would allocate without bound first. Far above any small cross-encoder.
+BERT_SIZE_LIMITS = {"hidden_size": 4096, "num_hidden_layers": 64, "num_attention_heads": 128, "intermediate_size": 32768,
+                    "vocab_size": 1_000_000, "max_position_embeddings": 8192, "type_vocab_size": 64}
+
+
+def _check_bert_sizes(path: Path, bert_config: Mapping[str, Any]) -> None:
+    for name, limit in BERT_SIZE_LIMITS.items():
+        if name not in bert_config:
+            continue  # transformers' default applies
+        value = bert_config[name]
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+            raise ArtifactError(f"{path}: bert_config.{name} must be a whole number in [1, {limit}], got {value!r}")
 
 
 def check_heads(state: Mapping[str, torch.Tensor], path: Path, hidden: int) -> dict[str, torch.Tensor]:

@@ -117,7 +117,16 @@ CONFIG_DAMAGE: dict[str, tuple[Callable[[Path], Any], str]] = {
     "weights the hash does not cover": (_renamed_weights, "must be at 'encoder.safetensors', not 'weights.safetensors'"),
     "no bert_config": (_without("bert_config"), "config.json: full encoder weights need a 'bert_config' object"),
     "a list as bert_config": (lambda m: _edit_json(m / "config.json", bert_config=[1]), "need a 'bert_config' object, got \\[1\\]"),
+    "a huge hidden size": (lambda m: _edit_bert(m, hidden_size=10**9), r"bert_config.hidden_size must be a whole number in \[1, 4096\]"),
+    "a fractional layer count": (lambda m: _edit_bert(m, num_hidden_layers=2.5), "bert_config.num_hidden_layers must be a whole number"),
+    "a boolean vocabulary": (lambda m: _edit_bert(m, vocab_size=True), "bert_config.vocab_size must be a whole number"),
 }
+
+
+def _edit_bert(model: Path, **sizes: Any) -> None:
+    """config.json's bert_config with `sizes` changed (read before any weights are allocated)."""
+    config = json.loads((model / "config.json").read_text())
+    _edit_json(model / "config.json", bert_config={**config["bert_config"], **sizes})
 
 
 @pytest.mark.parametrize("damage", list(CONFIG_DAMAGE))
