@@ -99,15 +99,42 @@ def _option_error(name: str, error: TypeError, options: Mapping[str, Any]) -> Ba
 
 
 _REGISTRY: dict[str, BackendFactory] = {}
+_CHECKS: dict[str, Callable[..., None]] = {}
 _LOCK = threading.Lock()
 
 
-def register_backend(name: str, factory: BackendFactory) -> None:
-    """Register a backend factory under `name`; a second registration of the same name is refused."""
+def register_backend(name: str, factory: BackendFactory, *, check: Callable[..., None] | None = None) -> None:
+    """Register a backend factory under `name`; a second registration of the same name is refused. `check(**options)`,
+    when given, refuses options the factory cannot use without building anything (`check_backend_options`)."""
     with _LOCK:
         if name in _REGISTRY and _REGISTRY[name] is not factory:
             raise ValueError(f"a backend named {name!r} is already registered")
         _REGISTRY[name] = factory
+        if check is not None:
+            _CHECKS[name] = check
+
+
+def check_backend_options(name: str, options: Mapping[str, Any]) -> None:
+    """What `create_backend(name, **options)` would refuse about its arguments, found without loading anything
+    (a server checks its settings before it listens): `UnknownBackendError` for the name, `BackendOptionError` for
+    an option the backend does not take or (`BackendOptionValueError`) cannot use. A backend registered without a
+    `check` is only checked when it is created."""
+    _builtin()
+    if not isinstance(name, str) or name not in _REGISTRY:
+        shown = repr(name) if isinstance(name, str) else f"of type {type(name).__name__}"
+        raise UnknownBackendError(f"unknown backend {shown}; available: {', '.join(sorted(_REGISTRY))}")
+    check = _CHECKS.get(name)
+    if check is None:
+        return
+    try:
+        check(**options)
+    except BackendOptionError:
+        raise
+    except TypeError as error:
+        wrapped = _option_error(name, error, options)
+        if wrapped is None:
+            raise
+        raise wrapped from error
 
 
 def _builtin() -> None:

@@ -25,6 +25,25 @@ def _remote(**options: Any) -> Backend:
     return RemoteBackend(**options)
 
 
-register_backend("heuristic", _heuristic)
-register_backend("local", _local)
-register_backend("remote", _remote)
+def _check_local(**options: Any) -> None:
+    from controller.local import LocalBackend
+
+    LocalBackend.check_load_options(**options)
+
+
+def _check_names(cls_path: str) -> Any:
+    """A check that the options bind to the constructor's keywords (the values are checked when it runs)."""
+
+    def check(**options: Any) -> None:
+        import importlib
+        import inspect
+
+        module, _, name = cls_path.rpartition(".")
+        inspect.signature(getattr(importlib.import_module(module), name)).bind_partial(**options)
+
+    return check
+
+
+register_backend("heuristic", _heuristic, check=_check_names("controller.heuristic.HeuristicBackend"))
+register_backend("local", _local, check=_check_local)
+register_backend("remote", _remote, check=_check_names("controller.remote.RemoteBackend"))

@@ -92,6 +92,19 @@ class LocalBackend:
         self._info = ModelInfo(loaded.info.name, loaded.info.description + suffix, loaded.info.release_date)
 
     @classmethod
+    def check_load_options(cls, model_dir: Any = None, *, base_path: Any = None, **options: Any) -> None:
+        """`load`'s arguments checked without loading anything: an unknown keyword is the TypeError `create_backend`
+        reports, a value it cannot use a `BackendOptionValueError`."""
+        check_path_option("model_dir", model_dir)
+        check_path_option("base_path", base_path)
+        if "loaded" in options:  # the constructor's own argument: `load` builds it from model_dir
+            raise TypeError("LocalBackend.load() got an unexpected keyword argument 'loaded'")
+        bound = inspect.signature(cls).bind(None, **options)
+        bound.apply_defaults()
+        check_local_options({name: value for name, value in bound.arguments.items() if name not in ("loaded", "specialists", "lock")})
+        _check_internal(options.get("specialists"), options.get("lock"))
+
+    @classmethod
     def load(
         cls,
         model_dir: str | Path | None = None,
@@ -105,14 +118,8 @@ class LocalBackend:
         **options: Any,
     ) -> LocalBackend:
         """Load `model_dir` (default: the committed model; the untrained base model when there is none)."""
-        check_path_option("model_dir", model_dir)
-        check_path_option("base_path", base_path)
-        # Options are checked before the model is loaded: an unknown name raises the TypeError `create_backend` reports
-        bound = inspect.signature(cls).bind(None, runtime=runtime, encoding=encoding, quantize=quantize, threads=threads,
-                                            device=device, **options)
-        bound.apply_defaults()
-        check_local_options({name: value for name, value in bound.arguments.items() if name not in ("loaded", "specialists", "lock")})
-        _check_internal(options.get("specialists"), options.get("lock"))
+        cls.check_load_options(model_dir, runtime=runtime, encoding=encoding, quantize=quantize, threads=threads, device=device,
+                               base_path=base_path, **options)
         if model_dir is None and (DEFAULT_MODEL_DIR / "config.json").exists():
             model_dir = DEFAULT_MODEL_DIR
         if model_dir is None:

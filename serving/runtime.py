@@ -27,7 +27,7 @@ from controller.errors import BackendUnavailableError, InputTooLongError
 from serving.batching import Batcher
 from serving.errors import HTTPFacingError, MemoryUnavailableError, NotReadyError, OverloadedError, RequestTimeoutError, SettingsError
 from serving.metrics import ServerMetrics
-from serving.settings import Settings
+from serving.settings import Settings, controller_options_error
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -212,10 +212,10 @@ class Runtime:
             try:
                 self.backend = await asyncio.to_thread(create_backend, settings.controller, **settings.controller_options)
             except TypeError as error:  # a factory called with an option it does not take: a setting, not a bug
-                if "keyword argument" not in str(error):
+                setting = controller_options_error(settings, error)
+                if setting is None:
                     raise
-                raise SettingsError(f"JEVMEM_CONTROLLER_OPTIONS does not suit the {settings.controller!r} backend: {error}",
-                                    field="controller_options", value=settings.controller_options) from error
+                raise setting from error
             self._owns_backend = True
         if settings.warmup:
             self.check_token_budget()

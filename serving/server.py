@@ -23,7 +23,7 @@ from fastapi import FastAPI
 from controller.backend import Backend
 from serving.app import create_app
 from serving.errors import ListenError, SettingsError, StartupError
-from serving.settings import Settings
+from serving.settings import Settings, controller_options_error
 
 log = logging.getLogger(__name__)
 
@@ -130,14 +130,23 @@ def run(
 
 def preflight(settings: Settings, backend: Backend | None = None) -> None:
     """What can be checked before the socket is bound and uvicorn logs its start: the controller is a registered
-    backend (unless `backend` is given ready) and the memory store path is not a directory. A `SettingsError` here is
+    backend and its options are ones it takes, with values it can use (unless `backend` is given ready), and the
+    memory store path is not a directory. A `SettingsError` here is
     one line on the command line, with none of uvicorn's start-up log before it."""
-    from controller.backend import available_backends
+    from controller.backend import available_backends, check_backend_options
 
     known = available_backends()
     if backend is None and settings.controller not in known:
         raise SettingsError(f"unknown controller {settings.controller!r}; available: {', '.join(known)}",
                             field="controller", value=settings.controller)
+    if backend is None:
+        try:
+            check_backend_options(settings.controller, settings.controller_options)
+        except TypeError as error:  # BackendOptionError (a TypeError): an option the backend does not take or cannot use
+            setting = controller_options_error(settings, error)
+            if setting is None:
+                raise
+            raise setting from error
     if settings.memory_db is not None and Path(settings.memory_db).is_dir():
         raise SettingsError(f"memory store {settings.memory_db} is a directory; name the store's file",
                             field="memory_db", value=settings.memory_db)

@@ -164,3 +164,13 @@ def _parse(name: str, raw: str) -> Any:
     except ValueError as error:
         raise SettingsError(f"{var}: {error}", field=name, value=raw if name != "api_key" else "<redacted>") from error
     return raw
+
+
+def controller_options_error(settings: Settings, error: TypeError) -> SettingsError | None:
+    """`error`, raised by creating or checking the controller backend, as the setting it is about: a
+    `BackendOptionError` (a TypeError whose message says "keyword argument") is JEVMEM_CONTROLLER_OPTIONS; any other
+    TypeError is a bug (None)."""
+    if "keyword argument" not in str(error):
+        return None
+    return SettingsError(f"JEVMEM_CONTROLLER_OPTIONS does not suit the {settings.controller!r} backend: {error}",
+                         field="controller_options", value=settings.controller_options)

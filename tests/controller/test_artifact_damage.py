@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from controller.artifacts import DEFAULT_MODEL_DIR, artifact_hash, file_sha256, load_artifact
-from controller.backend import BackendRequest, create_backend
-from controller.errors import ArtifactError, BackendOptionError, BackendOptionValueError, CalibrationMismatchError
+from controller.backend import BackendRequest, check_backend_options, create_backend
+from controller.errors import ArtifactError, BackendOptionError, BackendOptionValueError, CalibrationMismatchError, UnknownBackendError
 from controller.families import family_questions
 from controller.local import LocalBackend
 from controller.questions import normalize_questions
@@ -526,3 +526,32 @@ def test_option_values_at_their_limits_are_accepted(tiny_artifact: Path) -> None
         backend.close()
     backend = create_backend("local", model_dir=str(tiny_artifact), runtime="torch", device="auto", max_padding=1.0)
     backend.close()
+
+
+@pytest.mark.parametrize(("bad", "option"), BAD_OPTIONS, ids=[",".join(f"{k}={v!r}" for k, v in o.items()) for o, _ in BAD_OPTIONS])
+def test_check_backend_options_refuses_what_create_backend_would_without_loading(
+    tiny_artifact: Path, no_weights: None, bad: dict[str, Any], option: str,
+) -> None:
+    """What a server checks before it listens (`serving.server.preflight`): the same refusal, nothing loaded."""
+    with pytest.raises(BackendOptionValueError) as info:
+        check_backend_options("local", {"model_dir": str(tiny_artifact), "runtime": "torch", **bad})
+    assert info.value.option == option
+
+
+@pytest.mark.parametrize(("name", "options", "error", "message"), [
+    ("local", {"thread": 1}, BackendOptionError, "cannot take the keyword argument 'thread'"),
+    ("local", {"loaded": None}, BackendOptionError, "cannot take the keyword argument 'loaded'"),
+    ("heuristic", {"bogus": 1}, BackendOptionError, "backend 'heuristic' cannot take the keyword argument 'bogus'"),
+    ("remote", {"bogus": 1}, BackendOptionError, "backend 'remote' cannot take the keyword argument 'bogus'"),
+    ("nope", {}, UnknownBackendError, "unknown backend 'nope'; available: heuristic, local, remote"),
+])
+def test_check_backend_options_names_the_backend_and_the_option(name: str, options: dict[str, Any], error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        check_backend_options(name, options)
+
+
+def test_check_backend_options_accepts_good_options_and_loads_nothing(tiny_artifact: Path, no_weights: None) -> None:
+    check_backend_options("local", {"model_dir": str(tiny_artifact), "runtime": "torch", "threads": 2, "overflow": "truncate_state"})
+    check_backend_options("local", {})
+    check_backend_options("heuristic", {})
+    check_backend_options("remote", {"base_url": "http://127.0.0.1:9"})  # nothing is reached

@@ -62,6 +62,12 @@ def test_a_host_that_does_not_resolve_is_one_line(capsys: pytest.CaptureFixture[
         ([], {"JEVMEM_API_KEY": ""}, "JEVMEM_API_KEY is set but blank"),
         ([], {"JEVMEM_MAX_BODY_BYTES": "-1"}, "JEVMEM_MAX_BODY_BYTES='-1': max_body_bytes must be at least 1"),
         ([], {"JEVMEM_MAX_WAIT_MS": "9000"}, "max_wait_ms (9000) must be below request_timeout_s (8 s)"),
+        ([], {"JEVMEM_CONTROLLER_OPTIONS": '{"bogus": 1}'}, "does not suit the 'heuristic' backend"),
+        ([], {"JEVMEM_CONTROLLER": "local", "JEVMEM_CONTROLLER_OPTIONS": '{"threads": "2"}'},
+         "does not suit the 'local' backend: backend 'local' cannot use the keyword argument threads='2'"),
+        ([], {"JEVMEM_CONTROLLER": "local", "JEVMEM_CONTROLLER_OPTIONS": '{"quantize": "false"}'}, "quantize must be true or false"),
+        ([], {"JEVMEM_CONTROLLER": "local", "JEVMEM_CONTROLLER_OPTIONS": '{"treads": 2}'},
+         "backend 'local' cannot take the keyword argument 'treads'"),
     ],
 )
 def test_bad_settings_are_refused_before_serving(
