@@ -13,6 +13,7 @@ from controller.backend import (
     BackendResult,
     ModelInfo,
     available_backends,
+    check_backend_options,
     create_backend,
     register_backend,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "UnknownModelError",
     "UnsupportedQuestionError",
     "available_backends",
+    "check_backend_options",
     "create_backend",
     "register_backend",
 ]

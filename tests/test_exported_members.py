@@ -34,6 +34,7 @@ EXPORTED = {
     "UnknownModelError",
     "UnsupportedQuestionError",
     "available_backends",
+    "check_backend_options",
     "create_backend",
     "register_backend",
 }
