@@ -7,7 +7,7 @@ as new examples with `source="teacher:<name>"`, the same group and split as thei
 
 Resumable: records are appended to one JSONL file after every request, ids already in the file are
 skipped, and a torn last line from an interrupted run is ignored. A resume must continue the same work:
-a recorded id whose state or question differs from its input now (the data were rebuilt), or a teacher
+a recorded id whose state, question, group or split differs from its input now (the data were rebuilt), or a teacher
 that answers as another model than the one already recorded under this name, stops the run before
 anything is appended (use a new `--out` or `--name`). One run at a time per file: a second run on the same `out`
 (another process) stops at once with `TeacherError`, before it reads or asks anything, instead of appending
@@ -19,19 +19,26 @@ What a teacher gets wrong never becomes a silently wrong target:
     │                          - refused configuration (Jev, a bad URL, an empty key)
     │                          - the server keeps failing: connection refused, timeouts, 408 / 429 / 5xx,
     │                            a body that is not a System One response; `retries` more attempts with
-    │                            exponential backoff (a 429's Retry-After honoured up to `MAX_WAIT`) on top
-    │                            of the SDK's own retries
-    │                          - 401 / 403 / 404: a wrong key, permission or URL fails every request alike
+    │                            exponential backoff (a 429's or 503's Retry-After honoured up to `MAX_WAIT`)
+    │                            on top of the SDK's own retries
+    │                          - 401 / 403 / 404: a wrong key, permission or URL fails every request alike; a
+    │                            redirect (3xx) is never followed (the key would go with it) and stops the run
+    │                          - a body over `MAX_BODY_BYTES` (one still arriving `timeout` s after its headers
+    │                            is a timeout, retried)
     │                          - an answer that does not fit its question (missing, another kind, other options
-    │                            or levels): a server that does not speak the protocol
+    │                            or levels): a server that does not speak the protocol; the message names the record
     │                          - `max_failed_requests` requests in a row that gave nothing to record
-    └── TeacherAnswerError     one answer whose numbers cannot be a target (NaN, outside [0, 1], a
-                               distribution summing to 1 ± more than `SUM_TOLERANCE`): its record is
-                               skipped and counted (`TeacherReport.invalid`); the rest of the request is kept
+    └── TeacherAnswerError     one answer that cannot be a target (not a number, NaN, outside [0, 1], a
+                               distribution summing to 1 ± more than `SUM_TOLERANCE`, a Choice naming an option
+                               not asked or not its most likely, a Score legend that is not the question's
+                               levels; `data.teacher_answers`): its record is skipped and counted
+                               (`TeacherReport.invalid`); the rest of the request is kept
 A request the server refuses (400 / 422 and other 4xx) is logged and its examples counted as failed.
 
-The API key: `TeacherConfig.api_key` is never shown (`repr`, messages); the CLI reads it from the environment
-(`TEACHER_API_KEY_ENV`) and never from TypeSafe's own variable. The SDK's default model (`jev-latest`, or
+Answers for keys not asked are ignored. Server text in messages and warnings is cut to one short line.
+
+The API key: `TeacherConfig.api_key` is never shown (`repr`, messages, nor where a server's error echoes it); the
+CLI reads it from the environment (`TEACHER_API_KEY_ENV`) and never from TypeSafe's own variable. The SDK's default model (`jev-latest`, or
 `TYPESAFE_DEFAULT_MODEL` from the environment) is never sent for want of `model`: the protocol's alias
 `DEFAULT_MODEL` is requested explicitly, so the environment cannot change what is asked.
 
@@ -42,7 +49,6 @@ and the Jev model aliases, and a response naming a `jev-` model stops the run. N
 from __future__ import annotations
 
 import logging
-import math
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -53,7 +59,16 @@ from urllib.parse import urlparse
 
 from data.errors import BusyError
 from data.paths import exclusive, unwritable
-from data.schema import DataError, DecisionExample, DecisionGroup, Target, canonical, group_examples, read_jsonl, write_jsonl
+from data.schema import DataError, DecisionExample, DecisionGroup, canonical, group_examples, read_jsonl, write_jsonl
+from data.teacher_answers import (  # noqa: F401 - re-exported: the teacher's public API
+    RANGE_TOLERANCE,
+    SUM_TOLERANCE,
+    TeacherAnswerError,
+    TeacherError,
+    answer_target,
+    wire_response,
+)
+from data.teacher_http import BodyTooLarge, capped_client, retry_after
 
 log = logging.getLogger(__name__)
 
@@ -61,19 +76,10 @@ REFUSED_HOSTS = ("typesafe.ai",)
 _JEV_MODEL = re.compile(r"^jev(?:[-_ ]|$)", re.IGNORECASE)  # jev-latest, jev-preview, jev-2.1 (not jevmem-*)
 TEACHER_API_KEY_ENV = "JEVMEM_TEACHER_API_KEY"  # not TYPESAFE_API_KEY: a TypeSafe key must never reach another server
 DEFAULT_MODEL = "jev-latest"  # the protocol's alias for a server's default model (what the SDK sends by default)
-SUM_TOLERANCE = 0.02  # a distribution summing to 1 +/- this is renormalised; further off, the answer is refused
-RANGE_TOLERANCE = 1e-6  # float rounding outside [0, 1] that is clipped rather than refused
 MAX_WAIT = 60.0  # seconds: the longest wait between attempts (doubling backoff, a Retry-After)
-FATAL_STATUSES = frozenset({401, 403, 404})  # every request would fail alike
+FATAL_STATUSES = frozenset({401, 403, 404})  # every request would fail alike (and so would a redirect, 3xx)
+MAX_BODY_BYTES = 16 * 2**20  # a response body larger than this stops the run (32 questions of 255 options: < 1 MiB)
 _MODEL_NOTE = "model="
-
-
-class TeacherError(DataError):
-    """The teacher cannot be used: refused configuration, or a server that keeps failing."""
-
-
-class TeacherAnswerError(TeacherError):
-    """One answer whose numbers cannot be a training target; its record is skipped and counted."""
 
 
 def is_jev_model(name: str | None) -> bool:
@@ -178,11 +184,15 @@ def recorded_ids(path: str | Path) -> set[str]:
 
 
 def make_client(config: TeacherConfig, *, transport: Any = None) -> Any:
-    """An official SDK client for the teacher (a custom httpx2 transport in tests)."""
+    """An official SDK client for the teacher (a custom httpx2 transport in tests), over an httpx2 client that
+    follows no redirect (the key would go with it), and that stops reading a body over `MAX_BODY_BYTES` or one
+    still arriving `timeout` seconds after its headers (a server streaming without end never times out otherwise)."""
     from typesafe_sdk import RetryPolicy, TypeSafeClient
 
+    http = capped_client()(timeout=config.timeout, transport=transport, follow_redirects=False, max_body=MAX_BODY_BYTES,
+                            body_seconds=config.timeout)
     return TypeSafeClient(
-        api_key=config.api_key, base_url=config.base_url, model=config.model or DEFAULT_MODEL, transport=transport,
+        api_key=config.api_key, base_url=config.base_url, model=config.model or DEFAULT_MODEL, http_client=http,
         timeout=config.timeout, retry=RetryPolicy(max_retries=2, backoff_initial=min(config.backoff, 0.5), backoff_max=5.0),
         compression=None if config.compression else False,
     )
@@ -225,9 +235,10 @@ def _distill(examples: Iterable[DecisionExample], out: str | Path, config: Teach
         record = done.get(teacher_id(config.name, e.id))
         if record is None:
             todo.append(e)
-        elif canonical(record.state) != canonical(e.state) or canonical(record.question) != canonical(e.question):
-            raise TeacherError(f"{out} holds {record.id} for another state or question than its input now (the data were "
-                               "rebuilt?): write these answers to a new --out")
+        elif canonical(record.state) != canonical(e.state) or canonical(record.question) != canonical(e.question) \
+                or (record.group, record.split) != (e.group, e.split):  # a record keeps its input's group: where it trains
+            raise TeacherError(f"{out} holds {record.id} for another state or question (or group or split) than its input "
+                               "now (the data were rebuilt?): write these answers to a new --out")
     groups = group_examples(todo, max_questions=config.max_questions)
     own_client = client is None
     client = client or make_client(config, transport=transport)
@@ -286,52 +297,78 @@ def _request(client: Any, group: DecisionGroup, config: TeacherConfig, sleep: Ca
     )
 
     questions = {f"q{i}": e.question for i, e in enumerate(group.examples)}
-    where = f"teacher {config.name} at {shown_url(config.base_url)}"
+    where = f"teacher {config.name} at {shown_url(config.base_url)}, asked about {_ids(group)},"
     delay = config.backoff
     for attempt in range(config.retries + 1):
         try:
-            return client.system_one(group.state, questions, model=config.model or DEFAULT_MODEL)
+            return client.system_one(group.state, questions, model=config.model or DEFAULT_MODEL, response_model=wire_response())
+        except BodyTooLarge as error:
+            raise TeacherError(f"{where} answered with {error}: not a System One response") from error
         except TypeSafeAPIResponseValidationError as error:  # (an API error of status 200: caught before the refusals)
             failure = error
-            message = f"{where} answered with a body that is not a System One response: {error}"
+            message = f"{where} answered with a body that is not a System One response: {_said(error, config)}"
         except (TypeSafeAPIConnectionError, TypeSafeRateLimitError, TypeSafeInternalServerError) as error:
             failure = error
-            message = f"{where} kept failing: {error}"
+            message = f"{where} kept failing: {_said(error, config)}"
             if isinstance(error, TypeSafeAPITimeoutError):
                 message += f" (a slow teacher: raise --timeout from {config.timeout:g}s, or lower --max-questions)"
             elif isinstance(error, TypeSafeAPIConnectionError):
                 message += " (is the server running, and is --base-url right?)"
         except TypeSafeAPIError as error:
+            if 300 <= error.status < 400:  # not followed: the request, and its key, would go to wherever it points
+                location = shown_url(error.headers.get("location", "?"))[:200]
+                raise TeacherError(f"{where} redirected the request ({error.status}) to {location}: redirects are not "
+                                   "followed; give --base-url the teacher's own address") from error
             if error.status in FATAL_STATUSES:
-                raise TeacherError(f"{where} refused the request with {error.status}: {error} (check the API key, "
-                                   "--base-url and --model; every request would fail alike)") from error
+                raise TeacherError(f"{where} refused the request with {error.status}: {_said(error, config)} (check the API "
+                                   "key, --base-url and --model; every request would fail alike)") from error
             if error.status != 408:
-                log.warning("teacher refused a request of %d questions: %s", len(questions), error)
+                log.warning("teacher refused the request about %s: %s", _ids(group), _said(error, config))
                 return None
-            failure, message = error, f"{where} kept timing out: {error}"
+            failure, message = error, f"{where} kept timing out: {_said(error, config)}"
         if attempt == config.retries:
             raise TeacherError(message) from failure
-        wait = min(MAX_WAIT, max(delay, (getattr(failure, "retry_after_ms", None) or 0.0) / 1000))
-        log.warning("teacher request failed (%s); retrying in %.1fs", failure, wait)
+        after = retry_after(failure.headers) if isinstance(failure, TypeSafeAPIError) else None  # a 503's too, not just a 429's
+        wait = min(MAX_WAIT, max(delay, after or 0.0))
+        log.warning("teacher request failed (%s); retrying in %.1fs", _said(failure, config), wait)
         sleep(wait)
         delay = min(MAX_WAIT, delay * 2)
     raise AssertionError("unreachable")  # the loop returns or raises
 
 
+def _said(error: BaseException, config: TeacherConfig) -> str:
+    """What an error of the server says, on one line, cut, and without the API key (a server may echo it)."""
+    text = " ".join(str(error).split())
+    if config.api_key != "local":
+        text = text.replace(config.api_key, "***")
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
+def _ids(group: DecisionGroup) -> str:
+    first = group.examples[0].id
+    return first if len(group.examples) == 1 else f"{first} and {len(group.examples) - 1} more"
+
+
 def _records(group: DecisionGroup, response: Any, config: TeacherConfig) -> tuple[list[DecisionExample], int]:
     """(the records of one response, how many answers were refused as targets)."""
     keys = [f"q{i}" for i in range(len(group.examples))]
-    unanswered = [key for key in keys if key not in response.answers]
+    unanswered = [example.id for key, example in zip(keys, group.examples) if key not in response.answers]
     if unanswered:
-        raise TeacherError(f"teacher {config.name} gave no answer for {len(unanswered)} of {len(keys)} questions of a request")
+        raise TeacherError(f"teacher {config.name} gave no answer for {len(unanswered)} of {len(keys)} questions of a request "
+                           f"(for {unanswered[0]}{' and more' if len(unanswered) > 1 else ''}): a server that does not speak the "
+                           "protocol; nothing of this request was recorded")
     records, invalid = [], 0
     for key, example in zip(keys, group.examples):
         try:
             target = answer_target(example.question, response.answers[key])
         except TeacherAnswerError as error:
-            log.warning("teacher answer for %s skipped: %s", example.id, error)
+            log.warning("teacher answer for %s skipped: %s", example.id, _said(error, config))
             invalid += 1
             continue
+        except TeacherError as error:
+            raise TeacherError(f"teacher {config.name}'s answer for {example.id} does not fit its question: "
+                               f"{_said(error, config)} (a server that does not speak the protocol; nothing of this "
+                               "request was recorded)") from error
         records.append(
             DecisionExample(
                 id=teacher_id(config.name, example.id), family=example.family, question_name=example.question_name,
@@ -340,42 +377,3 @@ def _records(group: DecisionGroup, response: Any, config: TeacherConfig) -> tupl
             )
         )
     return records, invalid
-
-
-def answer_target(question: Mapping[str, Any], answer: Any) -> Target:
-    """A wire answer as a schema target: Noul p; Choice {option: p} in question order; Score [p_i].
-
-    Raises TeacherError for an answer that does not fit the question (kind, options, levels) and
-    TeacherAnswerError for numbers that are no probabilities (NaN, outside [0, 1], a sum far from 1)."""
-    kind = question["type"]
-    if getattr(answer, "type", None) != kind:
-        raise TeacherError(f"teacher answered a {kind} question with a {getattr(answer, 'type', None)!r} answer")
-    if kind == "noul":
-        return _probability(answer.noul)
-    if kind == "choice":
-        options = list(question["criteria"])
-        probs = dict(answer.probabilities)
-        if set(probs) != set(options):
-            raise TeacherError(f"teacher probabilities {sorted(probs)} do not match the options {sorted(options)}")
-        return _distribution({o: probs[o] for o in options})  # type: ignore[return-value]
-    levels = len(question["criteria"])
-    probs = {int(k): v for k, v in answer.probabilities.items()}
-    if set(probs) != set(range(levels)):
-        raise TeacherError(f"teacher probabilities cover levels {sorted(probs)}, expected 0..{levels - 1}")
-    return list(_distribution({str(i): probs[i] for i in range(levels)}).values())
-
-
-def _probability(value: object) -> float:
-    number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
-    if not math.isfinite(number) or not -RANGE_TOLERANCE <= number <= 1 + RANGE_TOLERANCE:
-        raise TeacherAnswerError(f"teacher gave {value!r} as a probability")
-    return min(1.0, max(0.0, number))
-
-
-def _distribution(probs: dict[str, object]) -> dict[str, float]:
-    """Probabilities that sum to 1 within SUM_TOLERANCE, renormalised to sum to 1 exactly."""
-    checked = {k: _probability(v) for k, v in probs.items()}
-    total = sum(checked.values())
-    if abs(total - 1.0) > SUM_TOLERANCE:
-        raise TeacherAnswerError(f"teacher probabilities sum to {total:.4f}, not 1: {probs}")
-    return {k: v / total for k, v in checked.items()}

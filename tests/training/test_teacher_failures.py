@@ -143,7 +143,7 @@ class _Stub:
         self.errors = errors
         self.calls = 0
 
-    def system_one(self, state: Any, questions: Any, *, model: Any = None) -> Any:
+    def system_one(self, state: Any, questions: Any, *, model: Any = None, **kw: Any) -> Any:
         self.calls += 1
         if self.errors:
             raise self.errors.pop(0)
