@@ -229,8 +229,9 @@ def test_ctrl_c_in_an_all_or_nothing_ingest_stores_nothing_and_says_so(
     import signal
 
     db = tmp_path / "m.db"
+    before = signal.getsignal(signal.SIGINT)  # the default handler, or SIG_IGN under a background job
     _interrupt_when(monkeypatch, "record", call=1)
     code, _, err = run(capsys, "ingest", "--db", str(db), "--jsonl", str(_jsonl(tmp_path / "obs.jsonl", 3)), "--embedder", "hashing")
     assert code == 130 and "nothing from" in err and "was stored" in err
     assert _stored_sources(db) == []
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
+    assert signal.getsignal(signal.SIGINT) is before  # the handler is put back
