@@ -41,7 +41,7 @@ from serving.memory_schemas import (
 )
 from serving.errors import NotFoundError, UnsupportedMediaTypeError
 from serving.runtime import RequestMemory, get_request_memory
-from serving.wire import ErrorResponse, ValidationErrorResponse, media_type, parse_json_off_loop
+from serving.wire import ErrorResponse, ValidationErrorResponse, is_json_media, media_type, parse_json_off_loop
 
 
 class _Unparsed:
@@ -66,16 +66,17 @@ class StrictJSONRequest(Request):
 
 
 class StrictJSONRoute(APIRoute):
-    """Strict JSON bodies (a missing Content-Type is JSON, and so is text/json, as on /v1/systemone; another type is
-    415). The body's
-    errors are reported after the dependencies (the API key) have passed."""
+    """Strict JSON bodies of the media types /v1/systemone reads as JSON (`serving.wire.is_json_media`: none given,
+    text/json too); another type is 415. The body's errors are reported after the dependencies (the API key) have
+    passed."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def strict(request: Request) -> Response:
             scope = request.scope
-            if media_type(request) == "text/json":  # JSON under its older name, taken as /v1/systemone takes it
+            media = media_type(request)
+            if is_json_media(media) and not _is_json(media):  # JSON FastAPI would not parse (text/json): named as it parses
                 scope = {**scope, "headers": [(k, b"application/json" if k.lower() == b"content-type" else v)
                                               for k, v in scope.get("headers", [])]}
             strict_request = StrictJSONRequest(scope, request.receive)

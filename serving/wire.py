@@ -195,6 +195,12 @@ class ParsedBody:
     size: int  # bytes of the JSON text: bodies of megabytes take seconds to parse and plan
 
 
+def is_json_media(media: str) -> bool:
+    """Whether a request body of this media type (`media_type`) is read as JSON: none given, application/json, its
+    older name text/json, or any +json type. /v1/systemone and the memory API take the same ones."""
+    return media in ("", "application/json", "text/json") or media.endswith("+json")
+
+
 def media_type(request: Request) -> str:
     """The request's media type, lower case and without parameters ("" when there is no Content-Type). A value
     that is not `type/subtype` comes back as sent (at most 100 characters), for the 415 to name; `email` would read
@@ -253,7 +259,7 @@ async def read_systemone_body(request: Request, max_bytes: int) -> ParsedBody:
             asset_parts = tuple(name for name in form.keys() if name != "request")
         finally:
             await form.close()
-    elif media in ("", "application/json", "text/json") or media.endswith("+json"):
+    elif is_json_media(media):
         raw = await request.body()
     else:
         raise UnsupportedMediaTypeError(f"content type {media!r} is not supported; send application/json (or multipart/form-data)")
