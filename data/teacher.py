@@ -107,6 +107,11 @@ class TeacherConfig:
             raise TeacherError(f"base_url {shown_url(self.base_url)!r} is not a URL: {error}") from error
         if not host:
             raise TeacherError(f"base_url needs a host, got {shown_url(self.base_url)!r}")
+        if "@" in parsed.netloc:  # httpx would send them as Basic auth in place of the key, and log them with the URL
+            raise TeacherError(f"base_url {shown_url(self.base_url)!r} carries credentials (user:password@): give the key "
+                               f"in ${TEACHER_API_KEY_ENV} (or --api-key) and the URL without them")
+        if parsed.scheme.lower() not in ("http", "https"):
+            raise TeacherError(f"base_url must be http:// or https://, got {shown_url(self.base_url)!r}")
         if any(host == h or host.endswith("." + h) for h in REFUSED_HOSTS) or is_jev_model(self.model) or is_jev_model(self.name):
             raise TeacherError("distilling from Jev is not permitted (TypeSafe's customer terms); use another teacher model")
         if not re.fullmatch(r"[\w.\-]+", self.name):

@@ -246,15 +246,29 @@ def test_a_run_interrupted_between_requests_resumes_without_loss_or_duplicates(t
 
 # --------------------------------------------------------------------------------------------- key and model
 def test_the_api_key_is_never_shown(tmp_path: Path) -> None:
-    config = _config(api_key="sk-secret-123", base_url="http://user:pw@teacher.local")
+    config = _config(api_key="sk-secret-123", base_url="http://teacher.local")
     assert "sk-secret-123" not in repr(config)
     with pytest.raises(TeacherError) as caught:
         distill(_examples(1), tmp_path / "t.jsonl", config, client=_Stub([TypeSafeAPIConnectionError("x")] * 2), progress=False,
                 sleep=lambda s: None)
-    assert "pw@" not in str(caught.value) and "***@teacher.local" in str(caught.value)
+    assert "sk-secret-123" not in str(caught.value) and "teacher.local" in str(caught.value)
     with pytest.raises(TeacherError, match="API key") as empty:
         _config(api_key="has space")
     assert "has space" not in str(empty.value)
+
+
+@pytest.mark.parametrize("url", ["http://user:pw@teacher.local", "https://user@teacher.local:8443/v1", "http://:pw@teacher.local"])
+def test_credentials_in_the_url_are_refused_without_showing_them(url: str) -> None:
+    # before: httpx sent them as Basic auth in place of the key, and `-v` logged the password with the URL
+    with pytest.raises(TeacherError, match=r"carries credentials .*JEVMEM_TEACHER_API_KEY") as caught:
+        _config(base_url=url)
+    assert "pw" not in str(caught.value) and "***@teacher.local" in str(caught.value)
+
+
+@pytest.mark.parametrize("url", ["ftp://teacher.local", "file://teacher.local/x", "ws://teacher.local"])
+def test_a_scheme_other_than_http_is_refused(url: str) -> None:
+    with pytest.raises(TeacherError, match="http:// or https://"):
+        _config(base_url=url)
 
 
 def _distill_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake: FakeTeacher, *extra: str) -> int:
