@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -54,6 +55,7 @@ def read_cached_record(path: Path, model_hash: str, required: Sequence[str] = ()
     sidecar = path.with_suffix(".json")
     if not path.exists():
         return None
+    warn_if_world_writable(path.parent)
     if not sidecar.exists():
         log.warning("rebuilding the cached graph %s: it has no sidecar (an interrupted build or an older version)", path)
         return None
@@ -77,6 +79,29 @@ def read_cached_record(path: Path, model_hash: str, required: Sequence[str] = ()
         log.warning("rebuilding the cached graph %s: the file changed since it passed parity", path)
         return None
     return record
+
+
+_OPEN_WARNED: set[str] = set()  # cache directories already reported as writable by every account
+_OPEN_LOCK = threading.Lock()
+
+
+def warn_if_world_writable(directory: Path) -> bool:
+    """Log once per directory (and return True) when every account may write `directory`: the sidecar checks catch
+    a damaged, stale or foreign graph, not one replaced together with its sidecar, so such a cache lets any local
+    account change what the controller serves. A group-writable cache (shared on purpose) is not reported."""
+    try:
+        mode = directory.stat().st_mode
+    except OSError:
+        return False
+    if not mode & stat.S_IWOTH:
+        return False
+    with _OPEN_LOCK:
+        first = str(directory) not in _OPEN_WARNED
+        _OPEN_WARNED.add(str(directory))
+    if first:
+        log.warning("the ONNX graph cache %s is writable by every account, so any of them can replace the graphs served "
+                    "from it; make it private (chmod o-w) or point JEVMEM_CACHE elsewhere", directory)
+    return True
 
 
 def write_cached_record(path: Path, record: Mapping[str, Any]) -> None:
@@ -174,4 +199,4 @@ def temp_beside(path: Path) -> Path:
 
 
 __all__ = ["STALE_TMP_AGE_S", "CacheWriteError", "cache_root", "cache_write_error", "private_cache", "read_cached_record",
-           "remove_stale_temps", "temp_beside", "with_fallback_cache", "write_cached_record"]
+           "remove_stale_temps", "temp_beside", "warn_if_world_writable", "with_fallback_cache", "write_cached_record"]

@@ -139,6 +139,28 @@ def test_cached_files_get_the_umask_permissions_not_0600(tiny_model, tokenizer, 
         assert file.stat().st_mode & 0o777 == want, file
 
 
+def test_a_cache_every_account_can_write_is_reported_once(tiny_model, tokenizer, tmp_path, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    # The sidecar checks catch a damaged or foreign graph, not one replaced together with its sidecar, so a cache
+    # any account can write lets any of them change what is served: said once, and the graph is still served.
+    monkeypatch.setenv("JEVMEM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(graph_cache, "_OPEN_WARNED", set())
+    built = ensure_graph(tiny_model, "hash-open", tokenizer)
+    onnx_dir = Path(built.path).parent
+    onnx_dir.chmod(0o755)
+    with caplog.at_level(logging.WARNING, logger="controller.graph_cache"):
+        assert ensure_graph(tiny_model, "hash-open", tokenizer) == built
+    assert not [r for r in caplog.records if "every account" in r.getMessage()]  # private: quiet
+    onnx_dir.chmod(0o775)  # shared with a group on purpose: quiet too
+    assert ensure_graph(tiny_model, "hash-open", tokenizer) == built
+    assert not [r for r in caplog.records if "every account" in r.getMessage()]
+    onnx_dir.chmod(0o777)
+    with caplog.at_level(logging.WARNING, logger="controller.graph_cache"):
+        assert ensure_graph(tiny_model, "hash-open", tokenizer) == built
+        assert ensure_graph(tiny_model, "hash-open", tokenizer) == built
+    said = [r for r in caplog.records if "every account" in r.getMessage()]
+    assert len(said) == 1 and str(onnx_dir) in said[0].getMessage() and "chmod o-w" in said[0].getMessage()
+
+
 def test_the_embedder_falls_back_to_the_private_directory_too(tiny_base_dir, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from controller.embedding import MiniLMEmbedder
 
