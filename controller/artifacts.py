@@ -257,11 +257,26 @@ def load_artifact(model_dir: str | Path, *, base_path: str | Path | None = None,
     if cal_path.exists():
         calibration = load_calibration(cal_path, digest, states)
     else:
-        log.warning("%s has no calibration.json: loaded uncalibrated, as asked", root)
+        _note_uncalibrated(root)
         calibration = identity(digest)
     name = f"{config['name']}-{config['version']}"
     info = ModelInfo(name=name, description=str(config.get("description", "")), release_date=str(config.get("release_date", "")))
     return LoadedModel(model.eval(), digest, calibration, info, base, config, trained=True, states=states)
+
+
+_UNCALIBRATED_NOTED: set[str] = set()
+_UNCALIBRATED_LOCK = threading.Lock()
+
+
+def _note_uncalibrated(root: Path) -> None:
+    """Log that `root` was loaded without calibration.json. Only `allow_uncalibrated=True` gets here (the calibrate
+    stage, which loads the model and its specialists, often more than once): that is what the caller asked for, so
+    INFO, once per directory and process, then DEBUG. Loading a trained model uncalibrated unasked is an error."""
+    key = str(root.resolve())
+    with _UNCALIBRATED_LOCK:
+        first = key not in _UNCALIBRATED_NOTED
+        _UNCALIBRATED_NOTED.add(key)
+    log.log(logging.INFO if first else logging.DEBUG, "%s has no calibration.json: loaded uncalibrated, as asked", root)
 
 
 def load_untrained(base_path: str | Path | None = None, *, seed: int = 0) -> LoadedModel:

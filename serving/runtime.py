@@ -40,6 +40,34 @@ READY_PROBE_WAIT_S = 0.5  # how long /readyz waits for a warm-up retry before it
 MEMORY_RETRY_MS = 1000  # retry-after of a memory call refused because the engine is busy
 
 
+def warmup_request() -> BackendRequest:
+    """The request `Runtime.warm_up` sends, as `plan_request` builds it, without a backend: the model name is all
+    planning takes from one, and the token budget does not count it."""
+    from controller.questions import normalize_questions, validate_state
+
+    return BackendRequest(validate_state(WARMUP_STATE), tuple(normalize_questions(WARMUP_QUESTIONS).values()))
+
+
+def check_token_budget(settings: Settings) -> None:
+    """With a warm-up, `settings.token_budget` must admit the server's own warm-up request, or /readyz could never
+    report ready: a smaller one is a SettingsError naming JEVMEM_TOKEN_BUDGET and the minimum. The budget is counted
+    with the base model's tokenizer whatever the controller (as `Runtime.plan` counts it), so this needs no backend
+    and loads no weights: `preflight` runs it before the server listens."""
+    budget = settings.token_budget
+    if budget is None or not settings.warmup:
+        return
+    from controller.template import count_input_tokens
+
+    try:
+        count_input_tokens(warmup_request(), max_request_tokens=budget)
+    except InputTooLongError as error:
+        raise SettingsError(
+            f"JEVMEM_TOKEN_BUDGET={budget} is below the {error.tokens} tokens of the server's own warm-up request, "
+            f"so /readyz could never report ready; set it to at least {error.tokens} (or unset it: no budget)",
+            field="token_budget", value=budget,
+        ) from error
+
+
 class MemoryService:
     """The memory engine behind one dedicated thread: SQLite connections stay on the thread that made
     them, and engine calls are serialised without blocking the event loop.
@@ -217,8 +245,8 @@ class Runtime:
                     raise
                 raise setting from error
             self._owns_backend = True
-        if settings.warmup:
-            self.check_token_budget()
+        if settings.warmup:  # `preflight` checked it already; this catches an app started without it
+            check_token_budget(settings)
         self.batcher = Batcher(
             self.backend,
             max_batch_size=settings.effective_batch_size,
@@ -236,24 +264,6 @@ class Runtime:
         else:
             self.ready = True
         log.info("serving %s (batching %s)", self.backend.info.name, "on" if settings.batching else "off")
-
-    def check_token_budget(self) -> None:
-        """The token budget must admit the server's own warm-up request, or /readyz could never report ready:
-        a smaller one is refused at start-up (SettingsError naming JEVMEM_TOKEN_BUDGET and the minimum)."""
-        budget = self.settings.token_budget
-        if budget is None or self.backend is None:
-            return
-        from controller.template import count_input_tokens
-
-        planned = plan_request(self.backend, WARMUP_STATE, WARMUP_QUESTIONS, model=None)
-        try:
-            count_input_tokens(planned.request, max_request_tokens=budget)
-        except InputTooLongError as error:
-            raise SettingsError(
-                f"JEVMEM_TOKEN_BUDGET={budget} is below the {error.tokens} tokens of the server's own warm-up request, "
-                f"so /readyz could never report ready; set it to at least {error.tokens}",
-                field="token_budget", value=budget,
-            ) from error
 
     async def warm_up(self) -> bool:
         """One tiny request end to end; `/readyz` reports ready once this has succeeded."""

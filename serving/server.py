@@ -23,6 +23,7 @@ from fastapi import FastAPI
 from controller.backend import Backend
 from serving.app import create_app
 from serving.errors import ListenError, SettingsError, StartupError
+from serving.runtime import check_token_budget
 from serving.settings import Settings, controller_options_error
 
 log = logging.getLogger(__name__)
@@ -130,8 +131,9 @@ def run(
 
 def preflight(settings: Settings, backend: Backend | None = None) -> None:
     """What can be checked before the socket is bound and uvicorn logs its start: the controller is a registered
-    backend and its options are ones it takes, with values it can use (unless `backend` is given ready), and the
-    memory store path is not a directory. A `SettingsError` here is
+    backend and its options are ones it takes, with values it can use (unless `backend` is given ready), the
+    memory store path is not a directory, and the token budget admits the warm-up request (counted with the base
+    tokenizer, as for every controller: no weights are loaded). A `SettingsError` here is
     one line on the command line, with none of uvicorn's start-up log before it."""
     from controller.backend import available_backends, check_backend_options
 
@@ -150,6 +152,7 @@ def preflight(settings: Settings, backend: Backend | None = None) -> None:
     if settings.memory_db is not None and Path(settings.memory_db).is_dir():
         raise SettingsError(f"memory store {settings.memory_db} is a directory; name the store's file",
                             field="memory_db", value=settings.memory_db)
+    check_token_budget(settings)
 
 
 def _uvicorn_server(config: Any) -> Any:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -220,9 +221,27 @@ def test_a_trained_model_without_calibration_is_refused_unless_the_caller_opts_i
         with pytest.raises(ArtifactError, match="calibration.json is missing") as info:
             load()
         assert str(copy / "calibration.json") in str(info.value) and "python -m training calibrate" in str(info.value)
-    with caplog.at_level(logging.WARNING, logger="controller.artifacts"):
+    with caplog.at_level(logging.INFO, logger="controller.artifacts"):
         loaded = load_artifact(copy, allow_uncalibrated=True)  # the calibrate stage: the file is about to be fitted
     assert loaded.calibration == Calibration({}, loaded.model_hash) and "calibration.json" in caplog.text
+
+
+def test_an_uncalibrated_load_that_was_asked_for_is_info_once_per_directory(tiny_artifact, tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
+    """The calibrate stage loads the model (and each specialist) uncalibrated on purpose, sometimes many times: that
+    was a WARNING per load, now INFO once per directory and process, DEBUG after."""
+    import logging
+
+    first, second = tmp_path.resolve() / "a", tmp_path.resolve() / "b"
+    for copy in (first, second):
+        shutil.copytree(tiny_artifact, copy)
+        (copy / "calibration.json").unlink()
+    with caplog.at_level(logging.DEBUG, logger="controller.artifacts"):
+        for copy in (first, first, tmp_path / "a" / ".." / "a", second):
+            load_artifact(copy, allow_uncalibrated=True)
+    noted = [r for r in caplog.records if "loaded uncalibrated, as asked" in r.getMessage()]
+    assert [(r.levelno, Path(r.args[0]).resolve()) for r in noted] == [  # type: ignore[index]
+        (logging.INFO, first), (logging.DEBUG, first), (logging.DEBUG, first), (logging.INFO, second)]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "controller.artifacts"]
 
 
 def test_a_calibration_is_refused_once_states_json_changes_from_what_it_was_fitted_under(tiny_artifact, tmp_path) -> None:  # type: ignore[no-untyped-def]

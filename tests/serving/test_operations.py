@@ -96,7 +96,8 @@ async def test_not_ready_until_the_backend_answers(make_app: Any) -> None:
 
 async def test_a_token_budget_below_the_warm_up_request_is_refused_at_start_up(make_app: Any) -> None:
     """A budget the server's own warm-up request does not fit used to start a server whose /readyz stayed 503
-    forever, its body saying only "not ready"."""
+    forever, its body saying only "not ready". `jevmem serve` refuses it before it listens (`preflight`, see
+    test_serve_hostile); an app started otherwise still refuses it in its lifespan."""
     with pytest.raises(SettingsError, match=r"JEVMEM_TOKEN_BUDGET=1 is below .* set it to at least \d+") as error:
         async with serving(make_app(token_budget=1)):
             pass
@@ -109,6 +110,16 @@ async def test_a_token_budget_below_the_warm_up_request_is_refused_at_start_up(m
             pass
     async with serving(make_app(token_budget=1, warmup=False)) as client:  # no warm-up: nothing to check
         assert (await client.get("/readyz")).status_code == 200
+
+
+def test_the_budget_checked_without_a_backend_is_the_warm_up_request_sent(fake: FakeBackend) -> None:
+    """`preflight` counts `warmup_request()` before any backend exists: it must be the request `warm_up` plans."""
+    from controller.client import plan_request
+    from controller.template import render_request
+    from serving.runtime import WARMUP_QUESTIONS, WARMUP_STATE, warmup_request
+
+    planned = plan_request(fake, WARMUP_STATE, WARMUP_QUESTIONS, model=None).request
+    assert render_request(warmup_request()) == render_request(planned) and len(planned.questions) == 1
 
 
 @pytest.mark.parametrize(

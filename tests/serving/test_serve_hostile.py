@@ -3,6 +3,7 @@ and never a server that loaded its model and store only to find it cannot listen
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -17,6 +18,7 @@ import pytest
 
 from serving import cli
 from serving.errors import SettingsError
+from serving.server import preflight
 from serving.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,6 +82,37 @@ def test_bad_settings_are_refused_before_serving(
     assert code == 2 and message in err and err.count("\n") == 1 and no_app == []
 
 
+@pytest.mark.parametrize(("backend_name", "options"), [("heuristic", {}), ("local", {"runtime": "torch"}),
+                                                    ("remote", {"base_url": "http://127.0.0.1:9"})])
+def test_a_token_budget_below_the_warm_up_request_is_refused_before_listening(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, no_app: list[Any], backend_name: str, options: dict[str, Any],
+) -> None:
+    """It was checked only once the controller had loaded, after uvicorn's start-up lines. The budget is counted with
+    the base tokenizer for every controller, so the check needs no backend: no weights, no socket, no app."""
+    import controller.artifacts as artifacts
+    import serving.server
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("loaded or listened before the token budget was checked")
+
+    for name in ("load_artifact", "load_untrained", "_base_model", "_full_model", "_with_adapter", "_load_heads"):
+        monkeypatch.setattr(artifacts, name, refuse)
+    monkeypatch.setattr(serving.server, "listen", refuse)
+    monkeypatch.setenv("JEVMEM_CONTROLLER", backend_name)
+    monkeypatch.setenv("JEVMEM_CONTROLLER_OPTIONS", json.dumps(options))
+    monkeypatch.setenv("JEVMEM_TOKEN_BUDGET", "3")
+    code, _, err = run(capsys, "serve", "--port", "0")
+    assert code == 2 and err.count("\n") == 1 and no_app == [], err
+    assert err.startswith("jevmem serve: error: JEVMEM_TOKEN_BUDGET=3 is below the ") and "set it to at least " in err
+    minimum = int(err.rsplit("at least ", 1)[1].split()[0])
+    settings = Settings.from_env(controller=backend_name, controller_options=options)
+    preflight(settings.with_overrides(token_budget=minimum))  # the minimum named is enough
+    preflight(settings.with_overrides(token_budget=1, warmup=False))  # no warm-up: nothing to check
+    with pytest.raises(SettingsError, match=f"JEVMEM_TOKEN_BUDGET={minimum - 1} is below") as error:
+        preflight(settings.with_overrides(token_budget=minimum - 1))
+    assert error.value.field == "token_budget" and error.value.value == minimum - 1
+
+
 def test_a_blank_key_given_by_the_caller_is_still_refused_and_batching_off_ignores_the_wait() -> None:
     with pytest.raises(SettingsError, match="api_key"):
         Settings.from_env({}, api_key="")
@@ -106,7 +139,8 @@ def _serve(*argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[st
     [
         (["--db", "{tmp}", "--embedder", "hashing"], {}, "is a directory; name the store's file"),  # checked before it listens
         ([], {"JEVMEM_CONTROLLER": "nope"}, "unknown controller 'nope'"),  # checked before it listens
-        ([], {"JEVMEM_TOKEN_BUDGET": "3"}, "JEVMEM_TOKEN_BUDGET=3 is below"),
+        ([], {"JEVMEM_TOKEN_BUDGET": "3"}, "JEVMEM_TOKEN_BUDGET=3 is below"),  # checked before it listens
+        ([], {"JEVMEM_CONTROLLER": "local", "JEVMEM_TOKEN_BUDGET": "3"}, "JEVMEM_TOKEN_BUDGET=3 is below"),  # nothing loaded
     ],
 )
 def test_a_failed_start_up_is_one_error_line_not_a_traceback(tmp_path: Path, argv: list[str], env: dict[str, str], message: str) -> None:
@@ -115,8 +149,7 @@ def test_a_failed_start_up_is_one_error_line_not_a_traceback(tmp_path: Path, arg
     assert proc.returncode == 2, err
     assert "Traceback" not in err and message in err
     assert [line for line in err.splitlines() if line.startswith("jevmem serve: error:")] == [err.splitlines()[-1]]
-    if "directory" in message or "controller" in message:
-        assert len(err.splitlines()) == 1, err  # no uvicorn start-up log before the error
+    assert len(err.splitlines()) == 1, err  # each is checked before it listens: no uvicorn start-up log before the error
 
 
 def test_the_server_still_serves_on_the_socket_it_bound_and_stops_on_sigint() -> None:
