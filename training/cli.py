@@ -23,6 +23,7 @@ from controller.families import FAMILIES
 from training.data_cli import add_include, add_train_negatives, conversation_ids
 from training.errors import PipelineError
 from training.pipeline import run_all, run_stage
+from training.pipeline_checks import check_specialist_flags
 from training.pipeline_config import CALIBRATION_PRIORS, DATA_SETTINGS, STAGES, PipelineConfig
 from training.trainer import DROPOUT_KINDS, PRECISIONS, FitConfig, boost_factors
 
@@ -35,6 +36,16 @@ _FIT_HELP: dict[str, str] = {
     "lora_layers": "LoRA on the top N encoder layers only, 0 for every layer",
     "family_boost": 'extra draw factors per family, e.g. "relevance=1.7,pair=1.2"',
 }
+
+
+class _Given(argparse.Action):
+    """argparse's `store`, also noting the flag in `args.given_flags`: a check can then tell a value typed on the
+    command line from the default, even one equal to it."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, "given_flags", (*getattr(namespace, "given_flags", ()), self.option_strings[0]))
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -54,14 +65,17 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-states", type=int, default=PipelineConfig.eval_states, help="held-out states per source and family (0: all)")
     p.add_argument("--robust-states", type=int, default=PipelineConfig.robust_states)
     p.add_argument("--npair-states", type=int, default=PipelineConfig.npair_states)
-    p.add_argument("--specialist", default=PipelineConfig.specialist, choices=("", *FAMILIES),
-                   help="a family answered by its own adapter, fitted on that family alone (default none)")
-    p.add_argument("--specialist-steps", type=int, default=PipelineConfig.specialist_steps)
-    p.add_argument("--specialist-lora-layers", type=int, default=PipelineConfig.specialist_lora_layers,
+    p.add_argument("--specialist", default=PipelineConfig.specialist, choices=("", *FAMILIES), action=_Given,
+                   help="a family answered by its own adapter, fitted on that family alone (default none; "
+                        "--specialist '' says none explicitly, so the specialist flags may stay, as make train passes them)")
+    # the specialist's own flags: refused without --specialist (`check_specialist_flags`), so their action notes them
+    p.add_argument("--specialist-steps", type=int, default=PipelineConfig.specialist_steps, action=_Given,
+                   help="the specialist's fit steps (with --specialist)")
+    p.add_argument("--specialist-lora-layers", type=int, default=PipelineConfig.specialist_lora_layers, action=_Given,
                    help="LoRA on the specialist's top N encoder layers only (0: all)")
-    p.add_argument("--specialist-max-minutes", type=float, default=PipelineConfig.specialist_max_minutes,
+    p.add_argument("--specialist-max-minutes", type=float, default=PipelineConfig.specialist_max_minutes, action=_Given,
                    help="stop the specialist's fit after this many minutes (0: no limit)")
-    p.add_argument("--specialist-sources", type=conversation_ids, default=PipelineConfig.specialist_sources,
+    p.add_argument("--specialist-sources", type=conversation_ids, default=PipelineConfig.specialist_sources, action=_Given,
                    help="comma-separated data sources the specialist is fitted on (locomo, synthetic, teacher; default: all)")
     p.add_argument("--calibration-bias", action=argparse.BooleanOptionalAction, default=PipelineConfig.calibration_bias,
                    help="fit a Noul bias beside each temperature where it survives cross-validation (default on)")
@@ -121,7 +135,9 @@ def add_parser(sub: Any) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> PipelineConfig:
-    """The pipeline configuration of parsed arguments; `PipelineError` names a flag value it cannot take."""
+    """The pipeline configuration of parsed arguments; `PipelineError` names a flag value it cannot take, or a
+    specialist flag given without `--specialist`."""
+    check_specialist_flags(args.specialist, getattr(args, "given_flags", ()), getattr(args, "stage", ""))
     try:
         fit = FitConfig(**{name: getattr(args, name) for name in _FIT_FLAGS})
     except ValueError as error:  # refused before any stage runs: a message, not a traceback, naming the flag

@@ -1,29 +1,41 @@
 """What `training.pipeline` checks before a stage works, so that a command given a wrong path or flag stops with a
 message, before it costs a fit or overwrites a directory it was never meant to write:
 
+    check_specialist_flags(specialist, given, stage)  # --specialist-* flags typed without --specialist
     check_stage(cfg, stage)                    # directories that clash, a model directory that is something else,
                                                # a --base that is no model, LoRA layers it lacks, outputs in the way
     check_resume(cfg, skip_data=False)         # `--resume` with other settings than its checkpoints'
     data_changes(cfg)                          # the data flags that differ from the run's recipe
 
-Each raises `PipelineError` (or the `TrainingError` of `training.embedder.check_base`) naming the flag.
+Each raises `PipelineError` (or the `TrainingError` of `training.embedder.check_base`) naming the flag. The first
+needs the flags as typed (`given`, `training.cli` records them): a PipelineConfig cannot tell a default from a
+value typed equal to it.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import logging
 import os
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from training.errors import PipelineError
 from training.pipeline_config import DATA_SETTINGS, PipelineConfig
 
+log = logging.getLogger(__name__)
+
 # What a model directory of this pipeline holds (`controller.artifacts.save_artifact`, the specialists, the
-# retrieval embedder, the report); a directory holding anything else is not one, and a stage swapping in a
-# model would mix the model's files into it (a base model's config.json overwritten).
+# retrieval embedder, the report); a directory holding anything else (but the files of `KEPT_FILES`) is not one,
+# and a stage swapping in a model would mix the model's files into it (a base model's config.json overwritten).
 MODEL_NAMES = frozenset({"config.json", "adapter", "encoder.safetensors", "heads.safetensors", "calibration.json", "metrics.json",
                          "MODEL_CARD.md", "reliability.png", "states.json", "specialists", "specialists.json", "embedder"})
+# What users keep beside a model (its documentation and licence; version control's and the desktop's hidden files,
+# .gitignore, .gitattributes, .DS_Store, pass as every hidden name does): no stage reads or writes them, and each
+# stage's staged copy of the directory carries them over into the directory it swaps in (`data.paths.staged`).
+KEPT_FILES: tuple[str, ...] = ("readme*", "*.md", "license*", "notice*")  # file names, matched case-insensitively
 _HF_KEYS = ("model_type", "architectures", "num_hidden_layers")  # top-level keys of a transformers config.json
 _MODEL_WRITERS = ("fit_embedder", "fit", "fit_specialist", "calibrate")
 _BASE_READERS = ("fit_embedder", "fit", "fit_specialist", "calibrate", "evaluate", "export")
@@ -55,6 +67,27 @@ def check_stage(cfg: PipelineConfig, stage: str) -> None:
             raise PipelineError(f"cannot write the {stage} stage's {name}: {problem}")
 
 
+# The flags of the specialist's fit (`PipelineConfig.specialist_*`), which no stage reads without `--specialist`.
+SPECIALIST_FLAGS: tuple[str, ...] = ("--specialist-steps", "--specialist-lora-layers", "--specialist-max-minutes", "--specialist-sources")
+
+
+def check_specialist_flags(specialist: str, given: Collection[str], stage: str) -> None:
+    """`PipelineError` naming every flag of `SPECIALIST_FLAGS` in `given` (the flags typed on the command line,
+    whatever their value) when there is no `specialist`: no stage reads them then, and they were ignored without
+    a word (fit-specialist went on to remove the model directory's specialist). An explicit `--specialist ''` in
+    `given` says no specialist on purpose (the Makefile passes the flags, TRAIN_ARGS may turn it off): logged only."""
+    stray = [flag for flag in SPECIALIST_FLAGS if flag in given]
+    if not stray or specialist:
+        return
+    if "--specialist" in given:  # `--specialist ''` typed: no specialist on purpose (`make train TRAIN_ARGS=...`)
+        log.info("no specialist (--specialist ''): %s not used", ", ".join(stray))
+        return
+    what = "it has" if len(stray) == 1 else "they have"
+    removes = "; without --specialist, fit-specialist removes the model directory's specialist" if stage == "fit_specialist" else ""
+    raise PipelineError(f"{', '.join(stray)} given without --specialist: {what} no effect{removes}; "
+                        f"add --specialist relevance or drop {'it' if len(stray) == 1 else 'them'}")
+
+
 def check_directories(cfg: PipelineConfig) -> None:
     """`PipelineError` when two of --run-dir, --data-dir, --model-dir and --base name one directory."""
     named = [("--run-dir", cfg.run), ("--data-dir", cfg.data), ("--model-dir", cfg.model)]
@@ -77,7 +110,7 @@ def foreign_model_dir(model: Path) -> str | None:
         names = sorted(p.name for p in model.iterdir())
     except OSError as error:
         return f"cannot be listed: {error}"
-    other = [n for n in names if n not in MODEL_NAMES and not n.startswith(".")]
+    other = [n for n in names if n not in MODEL_NAMES and not _kept_beside(model / n)]
     if other:
         shown = ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
         return f"holds {shown}, which no model directory of this pipeline does (a base model, a run or a data directory?)"
@@ -88,6 +121,15 @@ def foreign_model_dir(model: Path) -> str | None:
         if config.get("format") not in (None, FORMAT) or (config.get("format") is None and any(k in config for k in _HF_KEYS)):
             return f"holds the config.json of another kind of model (format {config.get('format')!r}, expected {FORMAT!r})"
     return None
+
+
+def _kept_beside(path: Path) -> bool:
+    """Whether `path`, in a model directory, is a hidden name or a file of `KEPT_FILES` (a base model's README.md
+    passes here: its config.json, weights and tokenizer files are what refuse it)."""
+    name = path.name
+    if name.startswith("."):
+        return True
+    return any(fnmatch.fnmatchcase(name.lower(), pattern) for pattern in KEPT_FILES) and path.is_file()
 
 
 def _json_object(path: Path) -> dict[str, Any] | None:
@@ -182,4 +224,5 @@ def _real(value: Any) -> Any:
     return value
 
 
-__all__ = ["MODEL_NAMES", "check_directories", "check_resume", "check_stage", "data_changes", "foreign_model_dir"]
+__all__ = ["KEPT_FILES", "MODEL_NAMES", "SPECIALIST_FLAGS", "check_directories", "check_resume", "check_specialist_flags", "check_stage",
+           "data_changes", "foreign_model_dir"]

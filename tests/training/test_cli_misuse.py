@@ -102,15 +102,21 @@ def test_a_base_that_is_not_a_model_is_named_before_the_fit(kind: str, dirs: lis
 
 # -------------------------------------------------------------------------------------------------- --model-dir
 @pytest.mark.parametrize("stage", ["fit", "fit-specialist", "calibrate"])
-@pytest.mark.parametrize("what", ["a base model", "another directory"])
+@pytest.mark.parametrize("what", ["a base model", "a base model with its README", "a transformers config.json", "another directory"])
 def test_a_model_dir_that_is_something_else_is_left_as_it_was(stage: str, what: str, dirs: list[str], tiny_base: Path, tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     """`fit --model-dir <the base>` exited 0 having replaced the base's config.json with the model's (and mixed the
     model's files into any directory); fit-specialist wrote a card and metrics into it; calibrate named its
-    staging copy."""
+    staging copy. The documentation a model directory may keep (README.md) does not let a base model through."""
     target = tmp_path / "target"
-    if what == "a base model":
+    if what.startswith("a base model"):
         shutil.copytree(tiny_base, target)
+        if what.endswith("README"):
+            (target / "README.md").write_text("# a base model card\n", encoding="utf-8")
+    elif what == "a transformers config.json":  # nothing but what a model directory may hold: its config.json says what it is
+        target.mkdir()
+        shutil.copy(tiny_base / "config.json", target / "config.json")
+        (target / "README.md").write_text("# a base model card\n", encoding="utf-8")
     else:
         target.mkdir()
         (target / "notes.txt").write_text("mine\n", encoding="utf-8")
@@ -118,6 +124,44 @@ def test_a_model_dir_that_is_something_else_is_left_as_it_was(stage: str, what: 
     code, err = _main(capsys, stage, "--steps", "1", "--tokens-per-step", "500", *dirs, "--model-dir", str(target))
     assert code == 2 and f"--model-dir {target} holds" in err
     assert snapshot(target) == before and not (tmp_path / "run").exists()
+
+
+# What users keep beside a model: documentation, licences, version control's and the desktop's files.
+KEPT = {"README.md": b"# our controller\n", "readme.txt": b"notes\n", "CHANGES.md": b"- v2\n", "LICENSE": b"MIT\n",
+        "NOTICE": b"(c)\n", ".gitattributes": b"*.safetensors filter=lfs\n", ".gitignore": b"*.tmp\n", ".DS_Store": b"\0\1"}
+
+
+def test_foreign_model_dir_lets_documentation_through_and_nothing_else(tmp_path: Path) -> None:
+    from training.pipeline_checks import foreign_model_dir
+
+    for name, content in KEPT.items():
+        (tmp_path / name).write_bytes(content)
+    assert foreign_model_dir(tmp_path) is None
+    for other in ("model.safetensors", "pytorch_model.bin", "tokenizer.json", "vocab.txt", "notes.txt"):
+        (tmp_path / other).write_bytes(b"x")
+        assert f"holds {other}," in str(foreign_model_dir(tmp_path))
+        (tmp_path / other).unlink()
+    (tmp_path / "docs.md").mkdir()  # the names are of files: a folder so named is something else
+    assert "holds docs.md," in str(foreign_model_dir(tmp_path))
+
+
+def test_documentation_in_the_model_dir_is_accepted_and_kept_by_fit_and_calibrate(dirs: list[str], tmp_path: Path,
+                                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A README.md beside the model was refused as a foreign file by fit and calibrate. Each stage writes a copy of
+    the directory that replaces it (`training.staging`): the copy carries the files over."""
+    model = tmp_path / "model"
+    model.mkdir()
+    for name, content in KEPT.items():
+        (model / name).write_bytes(content)
+    stages = [("fit", "--steps", "1", "--tokens-per-step", "500"),
+              ("fit-specialist", "--specialist", "relevance", "--specialist-steps", "1", "--tokens-per-step", "500"),
+              ("calibrate",)]
+    for stage, *flags in stages:
+        code, err = _main(capsys, stage, *dirs, *flags)
+        assert code == 0, err
+        assert {name: (model / name).read_bytes() for name in KEPT} == KEPT, stage
+    assert (model / "config.json").exists() and (model / "specialists" / "relevance").is_dir() and (model / "calibration.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "run"]  # no staging copy or old directory left beside it
 
 
 @pytest.mark.parametrize("flag, other", [("--model-dir", "--run-dir"), ("--model-dir", "--data-dir"), ("--model-dir", "--base"),
@@ -136,6 +180,51 @@ def test_two_flags_naming_one_directory_are_refused(flag: str, other: str, dirs:
     code, err = _main(capsys, "fit", "--steps", "1", *dirs, flag, str(shared), other, str(shared))
     assert code == 2 and "name the same directory" in err and flag in err and other in err
     assert snapshot(shared) == before
+
+
+# ----------------------------------------------------------------------------------------------- --specialist-*
+@pytest.mark.parametrize("argv, named", [
+    (["fit", "--specialist-steps", "300"], "--specialist-steps given"),
+    (["all", "--specialist-lora-layers", "2"], "--specialist-lora-layers given"),
+    (["calibrate", "--specialist-max-minutes", "5"], "--specialist-max-minutes given"),
+    (["evaluate", "--specialist-sources", "locomo"], "--specialist-sources given"),
+    (["export", "--specialist-steps", "1000"], "--specialist-steps given"),  # the default's value, typed: given all the same
+    (["fit", "--specialist-st", "3"], "--specialist-steps given"),  # an abbreviation
+    (["fit-specialist", "--specialist-sources", "locomo", "--specialist-steps", "3"],
+     "--specialist-steps, --specialist-sources given without --specialist: they have no effect; without --specialist, "
+     "fit-specialist removes the model directory's specialist; add --specialist relevance or drop them"),
+])
+def test_specialist_flags_without_a_specialist_are_refused_before_anything_runs(argv: list[str], named: str, dirs: list[str], tmp_path: Path,
+                                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """They were ignored without a word (exit 0); fit-specialist then removed the model directory's specialist."""
+    code, err = _main(capsys, *argv, *dirs)
+    assert code == 2 and named in err and "add --specialist relevance or drop" in err and err.count("\n") == 1
+    assert not (tmp_path / "run").exists() and not (tmp_path / "model").exists()
+
+
+def test_specialist_flags_with_a_specialist_and_make_train_are_accepted() -> None:
+    import argparse
+    import re
+    import shlex
+
+    from training.cli import add_parser, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="command"))
+    for stage in ("fit", "fit-specialist", "calibrate", "evaluate", "export", "all"):
+        cfg = config_from_args(parser.parse_args([stage, "--specialist", "relevance", "--specialist-steps", "3", "--specialist-sources", "locomo"]))
+        assert (cfg.specialist, cfg.specialist_steps, cfg.specialist_sources) == ("relevance", 3, ("locomo",))
+    assert config_from_args(parser.parse_args(["fit-specialist"])).specialist == ""  # no flag of its own: removes the specialist
+    # the shipped recipe's line, its make variables at their defaults
+    recipe = re.search(r"^train:.*?\n((?:\t.*\n)+)", (Path(__file__).parents[2] / "Makefile").read_text(encoding="utf-8"), re.M)
+    assert recipe is not None
+    line = re.sub(r"\$\(or \$\(\w+\),([^)]*)\)", r"\1", recipe.group(1).replace("\\\n", " ")).replace("$(TRAIN_ARGS)", "")
+    argv = shlex.split(line.partition("-m training ")[2])
+    assert argv[0] == "all" and "--specialist-steps" in argv
+    cfg = config_from_args(parser.parse_args(argv))
+    assert cfg.specialist == "relevance" and cfg.specialist_steps == 700 and cfg.specialist_lora_layers == 3
+    # `make train TRAIN_ARGS="--specialist ''"`: no specialist, said explicitly, with the recipe's flags still there
+    assert config_from_args(parser.parse_args([*argv, "--specialist", ""])).specialist == ""
 
 
 # ------------------------------------------------------------------------------------------------------ --data-dir
