@@ -153,6 +153,13 @@ def preflight(settings: Settings, backend: Backend | None = None) -> None:
         raise SettingsError(f"memory store {settings.memory_db} is a directory; name the store's file",
                             field="memory_db", value=settings.memory_db)
     check_token_budget(settings)
+    if backend is None and settings.controller == "local" and settings.token_budget is not None:
+        from controller.template import DEFAULT_MAX_REQUEST_TOKENS
+
+        limit = settings.controller_options.get("max_request_tokens", DEFAULT_MAX_REQUEST_TOKENS)
+        if settings.token_budget > limit:  # (the options were checked above: an int)
+            log.warning("JEVMEM_TOKEN_BUDGET=%d is above the local controller's max_request_tokens (%d), which refuses a larger "
+                        "request first: the budget has no effect past %d", settings.token_budget, limit, limit)
 
 
 def _uvicorn_server(config: Any) -> Any:

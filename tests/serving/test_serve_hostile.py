@@ -4,6 +4,7 @@ and never a server that loaded its model and store only to find it cannot listen
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -111,6 +112,22 @@ def test_a_token_budget_below_the_warm_up_request_is_refused_before_listening(
     with pytest.raises(SettingsError, match=f"JEVMEM_TOKEN_BUDGET={minimum - 1} is below") as error:
         preflight(settings.with_overrides(token_budget=minimum - 1))
     assert error.value.field == "token_budget" and error.value.value == minimum - 1
+
+
+def test_a_token_budget_above_the_local_controllers_own_limit_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    # the local controller refuses a request over its max_request_tokens first, so a larger budget never acts
+    base = Settings.from_env(controller="local", controller_options={"runtime": "torch", "max_request_tokens": 2000})
+    with caplog.at_level(logging.WARNING, logger="serving.server"):
+        preflight(base.with_overrides(token_budget=2000))
+        assert not caplog.records
+        preflight(base.with_overrides(token_budget=2001))
+    assert [r.getMessage() for r in caplog.records] == [
+        "JEVMEM_TOKEN_BUDGET=2001 is above the local controller's max_request_tokens (2000), which refuses a larger "
+        "request first: the budget has no effect past 2000"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="serving.server"):
+        preflight(Settings.from_env(controller="heuristic", token_budget=100_000))  # no limit of its own: quiet
+    assert not caplog.records
 
 
 def test_a_blank_key_given_by_the_caller_is_still_refused_and_batching_off_ignores_the_wait() -> None:
