@@ -199,20 +199,29 @@ def sweep_table(results: Mapping[str, Sequence[QuestionScore]],
     multi-hop figures; with `relevance_auroc` (oracle sweeps) also the AUROC of the relevance answers on the pairs
     judged; with `cost` the controller questions per query (mean) and how the queries' rounds ended."""
     extra = relevance_auroc is not None
-    head = "| variant | R_frac@10 | vs first [95 % CI] | R_all@10 | nDCG@10 | multi-hop R_frac@10 | multi-hop R_all@10 | questions |"
+    head = ("| variant |" + (" relevance judge |" if extra else "")
+            + " R_frac@10 | vs first [95 % CI] | R_all@10 | nDCG@10 | multi-hop R_frac@10 | multi-hop R_all@10 | questions |")
     lines = [head + (" relevance AUROC (given / controller's own) |" if extra else "")
              + (" controller questions / query | rounds ended by |" if cost else ""),
-             "|---|---|---|---|---|---|---|---|" + ("---|" if extra else "") + ("---|---|" if cost else "")]
+             "|---|---|---|---|---|---|---|---|" + ("---|---|" if extra else "") + ("---|---|" if cost else "")]
     first: Sequence[QuestionScore] | None = None
     for name, scores in results.items():
         frac = _mean(scores, "R_frac@10")
         first = scores if first is None else first
-        lines.append(f"| {name} | {frac:.3f} | {_versus(scores, first)} | {_mean(scores, 'R_all@10'):.3f} | "
+        lines.append(f"| {_name_cells(name, extra)} | {frac:.3f} | {_versus(scores, first)} | {_mean(scores, 'R_all@10'):.3f} | "
                      f"{_mean(scores, 'nDCG@10'):.3f} | {_mean(scores, 'R_frac@10', True):.3f} | "
                      f"{_mean(scores, 'R_all@10', True):.3f} | {len(scores)} |"
                      + (f" {_fmt(relevance_auroc.get(name, (None, None)))} |" if relevance_auroc is not None else "")
                      + (f" {_cost(cost, name)} |" if cost else ""))
     return "\n".join(lines)
+
+
+def _name_cells(name: str, judged: bool) -> str:
+    """A run's name as table cells: the variant (a '|' of its own escaped) and, in an oracle sweep, the judge
+    (`sweep` names those runs "<variant> | <judge>")."""
+    variant, judge = name.rsplit(" | ", 1) if judged and " | " in name else (name, "-")
+    cell = variant.replace("|", "\\|")
+    return f"{cell} | {judge}" if judged else cell
 
 
 def _versus(scores: Sequence[QuestionScore], first: Sequence[QuestionScore]) -> str:

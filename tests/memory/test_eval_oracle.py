@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import random
 from pathlib import Path
 
@@ -125,6 +127,17 @@ def test_an_oracle_sweep_names_levels_and_reports_their_auroc(convs: list[Conver
     assert mean["w1 | oracle AUROC 1.00"] >= mean["w1 | own relevance"]
     table = sweep_table(result.scores, result.relevance_auroc)
     assert "relevance AUROC" in table.splitlines()[0] and "| 1.000 / " in table
+    # every row has the header's cells (the judge was a cell the header lacked, so each figure sat one column right)
+    cells = [len(re.split(r"(?<!\\)\|", line)) for line in table.splitlines()]
+    assert len(set(cells)) == 1, table
+    header = [c.strip() for c in table.splitlines()[0].split("|")]
+    row = [c.strip() for c in table.splitlines()[2].split("|")]
+    assert header[1:3] == ["variant", "relevance judge"] and row[1:3] == ["as is", "own relevance"]
+    assert float(row[header.index("R_frac@10")]) == pytest.approx(mean["as is | own relevance"], abs=5e-4)
+    piped = sweep_table({"a|b | own relevance": result.scores["as is | own relevance"]}, result.relevance_auroc)
+    assert "| a\\|b | own relevance |" in piped and len({len(re.split(r"(?<!\\)\|", line)) for line in piped.splitlines()}) == 1
+    plain = sweep_table({"as is": result.scores["as is | own relevance"]})
+    assert len({line.count("|") for line in plain.splitlines()}) == 1 and "relevance judge" not in plain
 
 
 def test_cli_sweep_takes_oracle_levels(files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
