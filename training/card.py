@@ -7,6 +7,7 @@ metrics alone (data provenance, the fit, calibration, held-out figures, acceptan
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from data.splits import DEV_CONVERSATIONS
@@ -202,13 +203,10 @@ def model_card(metrics: dict[str, Any], command: str) -> str:
         "",
         "## Training data (provenance)",
         "",
-        "- **LoCoMo** (Maharana et al., ACL 2024; CC BY-NC 4.0): decision labels *derived by rules* from 6 of its 10 conversations "
-        "(relevance, stopping, routing, pair judgments; see `data/builders/locomo.py` for every rule and its noise). "
-        f"{_locomo_use(data)} **The model was trained on labels derived from a CC BY-NC dataset**: treat the weights "
-        "as subject to its non-commercial terms. No LoCoMo text is shipped in this directory.",
+        _locomo_line(data),
         "- **Synthetic generators** (`data/synthetic/`): template states over word banks with exact labels, 10 shards per "
         "generator; shard 8 is calibration, shard 9 held-out test. Source text never appears in two splits (checked).",
-        "- No outputs of Jev (or any other hosted model) were used as labels or inputs.",
+        *_included_lines(data),
         f"- Examples per split: {_split_counts(data)}.",
         "",
         "## Training",
@@ -299,8 +297,31 @@ def _locomo_use(data: dict[str, Any]) -> str:
     return "; ".join(parts) + f". The other LoCoMo conversations were not used at all.{calibrated}"
 
 
+def _locomo_line(data: dict[str, Any]) -> str:
+    """The provenance line for LoCoMo: its conversations and licence, or that the build read no LoCoMo file."""
+    if data.get("locomo") is False:
+        return "- **LoCoMo**: not used (the data build read no LoCoMo file), so no CC BY-NC labels are in this model."
+    return ("- **LoCoMo** (Maharana et al., ACL 2024; CC BY-NC 4.0): decision labels *derived by rules* from 6 of its 10 conversations "
+            "(relevance, stopping, routing, pair judgments; see `data/builders/locomo.py` for every rule and its noise). "
+            f"{_locomo_use(data)} **The model was trained on labels derived from a CC BY-NC dataset**: treat the weights "
+            "as subject to its non-commercial terms. No LoCoMo text is shipped in this directory.")
+
+
+def _included_lines(data: dict[str, Any]) -> list[str]:
+    """The Jev line, and the files `--include` added as training data: their labels are not the builders'."""
+    included = data.get("included") or {}
+    if not included:
+        return ["- No outputs of Jev (or any other hosted model) were used as labels or inputs."]
+    files = "; ".join(f"`{Path(path).name}` {n.get('train', 0)} of {n.get('read', 0)}" for path, n in sorted(included.items()))
+    return [f"- **Included decision examples** (`--include`, training split only; calibration and held-out figures read the "
+            f"builders' labels alone): {files}. Their labels are as their files recorded them (`teacher:<name>` records are "
+            "a teacher server's answers, `python -m training distill`, which refuses Jev); no Jev output was used by the builders."]
+
+
 def _heldout_sources(data: dict[str, Any]) -> str:
     """`LoCoMo dev conv-26, conv-30 + synthetic test shard` from the build-data record (older records: the default plan)."""
+    if data.get("locomo") is False:
+        return "synthetic test shard only: the data build read no LoCoMo file"
     used = data.get("locomo_conversations")
     dev = (used.get("dev") or []) if used else list(DEV_CONVERSATIONS)
     return f"LoCoMo dev {', '.join(dev)} + synthetic test shard" if dev else "synthetic test shard only: no LoCoMo conversation was held out"

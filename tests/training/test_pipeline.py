@@ -379,6 +379,24 @@ def test_the_model_card_names_the_conversations_each_split_used() -> None:
     assert "no LoCoMo conversation was held out" in _heldout_sources({"locomo_conversations": {"train": ["conv-26", "conv-30"]}})
 
 
+def test_the_model_card_of_a_build_without_locomo_claims_no_locomo_and_names_the_included_files() -> None:
+    from training.card import model_card
+
+    # the build-data record of `all --synthetic-per-family 8 --include mine.jsonl teacher.jsonl` (no --locomo)
+    data = {"locomo": False, "locomo_conversations": {}, "counts": {"train": 332, "calibration": 33, "test": 37},
+            "included": {"/tmp/x/mine.jsonl": {"read": 40, "train": 40, "held_out_dropped": 0, "other_conversations_dropped": 0},
+                         "/tmp/x/teacher.jsonl": {"read": 60, "train": 58, "held_out_dropped": 2, "other_conversations_dropped": 0}}}
+    card = model_card({"model": {"name": "m", "version": "1"}, "data": data}, "python -m training all ...")
+    assert "CC BY-NC dataset" not in card and "conv-41" not in card and "LoCoMo dev conv-26" not in card
+    assert "**LoCoMo**: not used" in card and "synthetic test shard only: the data build read no LoCoMo file" in card
+    assert "`mine.jsonl` 40 of 40" in card and "`teacher.jsonl` 58 of 60" in card
+    assert "any other hosted model" not in card  # a teacher server's answers may be in the included files
+    with_locomo = model_card({"model": {"name": "m", "version": "1"}, "data": {"locomo": True, "locomo_conversations": {
+        "train": ["conv-41"], "calibration": ["conv-44"], "dev": ["conv-26"]}}}, "cmd")
+    assert "CC BY-NC dataset" in with_locomo and "Training used conv-41" in with_locomo
+    assert "No outputs of Jev (or any other hosted model)" in with_locomo
+
+
 def test_the_card_states_how_states_must_be_rendered() -> None:
     from training.card import _states_text
 
