@@ -89,12 +89,21 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "model's own rate), the same at every level (pooled), or the calibration split's (calibration)")
 
 
+def _naming(p: argparse.ArgumentParser) -> None:
+    """The fit stage's model name and version (config.json; served as NAME-VERSION in /v1/models)."""
+    p.add_argument("--model-name", default=PipelineConfig.model_name,
+                   help="the model's name in config.json, served as NAME-VERSION (default jevmem-minilm, as the committed model)")
+    p.add_argument("--model-version", default=PipelineConfig.model_version, help="the model's version (default 1.0.0)")
+
+
 def add_parser(sub: Any) -> None:
     for stage in ("fit", "fit_specialist", "calibrate", "evaluate", "export"):
         p = sub.add_parser(stage.replace("_", "-"), help=f"pipeline stage: {stage}")
         _common(p)
         if stage in ("fit", "fit_specialist"):
             p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+        if stage == "fit":
+            _naming(p)
         p.set_defaults(handler=run, stage=stage)
     p = sub.add_parser("all", help="build data -> fit -> calibrate -> evaluate -> export (make train)")
     _common(p)
@@ -129,6 +138,7 @@ def add_parser(sub: Any) -> None:
                    help="the whole run's time budget: the specialist's fit is cut short to end within it (0: none)")
     p.add_argument("--finish-minutes", type=float, default=PipelineConfig.finish_minutes,
                    help="minutes of the budget kept for calibrate, evaluate and export")
+    _naming(p)
     p.add_argument("--skip-data", action="store_true", help="reuse the data already under --data-dir")
     p.add_argument("--resume", action="store_true", help="resume the fit stage from its latest checkpoint")
     p.set_defaults(handler=run, stage="all")
@@ -159,7 +169,7 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
         specialist=args.specialist, specialist_steps=args.specialist_steps, specialist_lora_layers=args.specialist_lora_layers,
         specialist_max_minutes=args.specialist_max_minutes, specialist_sources=tuple(args.specialist_sources),
         progress=not args.no_progress, command=command, **extra,
-        **{k: getattr(args, k) for k in ("total_minutes", "finish_minutes") if hasattr(args, k)},
+        **{k: getattr(args, k) for k in ("total_minutes", "finish_minutes", "model_name", "model_version") if hasattr(args, k)},
     )
 
 

@@ -53,7 +53,7 @@ def run_stage(cfg: PipelineConfig, stage: str, **options: Any) -> dict[str, Any]
     if options.get("resume"):
         check_resume(cfg, skip_data=True, stages=(stage,))
     make_run_dir(cfg)
-    changes = _config_changes(cfg)
+    changes = _config_changes(cfg, stage)
     read_json(cfg.run / "stages.json", {})  # a record it cannot update fails here, not after the stage's work
     if stage in _MODEL_WRITERS:
         from data.paths import unreplaceable
@@ -91,22 +91,27 @@ def _recipe_command(cfg: PipelineConfig) -> str:
     return str(recorded.get("command") or cfg.command)
 
 
-def _config_changes(cfg: PipelineConfig) -> dict[str, Any]:
+_FIT_ONLY = ("model_name", "model_version")  # what only the fit stage reads (and only `fit` and `all` have flags for)
+
+
+def _config_changes(cfg: PipelineConfig, stage: str = "fit") -> dict[str, Any]:
     """The run's recipe is `pipeline_config.json`, written by `run_all` (or by the first stage run into an
     empty run directory); a stage run on its own with other settings leaves it as it is and returns its
     differences (`fit.steps`, `calibration_folds`, ...), which its record in stages.json keeps. The data build's
-    settings (`DATA_SETTINGS`) are left out: a stage subcommand has no flags for them and reads the data as built."""
+    settings (`DATA_SETTINGS`) are left out: a stage subcommand has no flags for them and reads the data as built;
+    so are the model's name and version (`_FIT_ONLY`) for every stage but `fit`."""
     path, current = cfg.run / "pipeline_config.json", json.loads(json.dumps(cfg.to_json()))  # as the file holds it
     recorded = read_json(path, None)
     if recorded is None:
         write_json(path, current)
         return {}
     out: dict[str, Any] = {}
+    defaults = PipelineConfig().to_json()  # a setting newer than the recorded recipe: its default is what that ran with
     for key, value in current.items():
-        old = recorded.get(key)
+        old = recorded.get(key, defaults.get(key))
         if isinstance(value, dict) and isinstance(old, dict):
             out.update({f"{key}.{k}": v for k, v in value.items() if old.get(k) != v})
-        elif key not in ("progress", *DATA_SETTINGS) and old != value:
+        elif key not in ("progress", *DATA_SETTINGS, *(_FIT_ONLY if stage != "fit" else ())) and old != value:
             out[key] = value
     return out
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,9 @@ log = logging.getLogger(__name__)
 # the last of them by what the earlier stages overran.
 STAGES: tuple[str, ...] = ("build_data", "fit_embedder", "fit", "fit_specialist", "calibrate", "evaluate", "export")
 CALIBRATION_PRIORS: tuple[str, ...] = ("pooled", "fitted", "calibration")
+
+
+_MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a model name or version as the wire names it
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,10 @@ class PipelineConfig:
     # calibration changed (T != 1 or a bias); "pooled": at every level; "calibration": none
     prior_min_examples: int = 100  # calibration Nouls a catalogue key needs for a prior shift
     export_method: str = "fused"
+    # The fit stage's config.json name and version: the model is served as NAME-VERSION (/v1/models, /readyz), so
+    # a model of one's own can be told from the committed one. Neither changes a weight.
+    model_name: str = "jevmem-minilm"
+    model_version: str = "1.0.0"
     progress: bool = True
     command: str = "make train"
 
@@ -103,6 +111,10 @@ class PipelineConfig:
                 raise PipelineError(f"PipelineConfig.{name} must be >= 0, got {getattr(self, name)}")
         if any(not source or ":" in source for source in self.specialist_sources):
             raise PipelineError(f"PipelineConfig.specialist_sources takes source names without ':' (locomo, synthetic, teacher), got {list(self.specialist_sources)}")
+        for name in ("model_name", "model_version"):
+            if not isinstance(getattr(self, name), str) or not _MODEL_ID.fullmatch(getattr(self, name)):
+                raise PipelineError(f"--{name.replace('_', '-')} must be 1-64 letters, digits, '.', '_' or '-' starting with a "
+                                    f"letter or digit (it names the model on the wire), got {getattr(self, name)!r}")
         if self.calibration_prior not in CALIBRATION_PRIORS:
             raise PipelineError(f"unknown calibration prior {self.calibration_prior!r}; choose {', '.join(CALIBRATION_PRIORS)}")
 

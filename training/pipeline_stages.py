@@ -71,7 +71,7 @@ def stage_build_data(cfg: PipelineConfig) -> dict[str, Any]:
 
 
 def stage_fit(cfg: PipelineConfig, *, resume: bool = False) -> dict[str, Any]:
-    from controller.artifacts import save_artifact
+    from controller.artifacts import ArtifactMeta, save_artifact
     from controller.torch_model import PackedCrossEncoder
     from training.sampling import prepare_requests
 
@@ -87,7 +87,7 @@ def stage_fit(cfg: PipelineConfig, *, resume: bool = False) -> dict[str, Any]:
     model = PackedCrossEncoder.from_base(cfg.base_path, seed=cfg.fit.seed)
     model, result = fit(model, requests, cfg.fit, fit_dir(cfg, "fit"), resume=resume, progress=cfg.progress)
     with staged(cfg.model) as stage:  # the new directory whole, or the old one: never a mix (`training.staging`)
-        digest = save_artifact(model, stage, base_path=cfg.base_path)
+        digest = save_artifact(model, stage, ArtifactMeta(name=cfg.model_name, version=cfg.model_version), base_path=cfg.base_path)
         (stage / "reliability.png").unlink(missing_ok=True)
         states = record_states(cfg, into=stage)
         forget_records(cfg, ("fit", *MEASURED))  # the records of the model about to be replaced

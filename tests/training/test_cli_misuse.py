@@ -393,3 +393,48 @@ def test_an_os_error_no_check_foresaw_is_one_line_and_exit_code_1(dirs: list[str
 
     monkeypatch.setitem(training.pipeline._RUNNERS, "evaluate", refused)
     assert _main(capsys, "evaluate", *dirs) == (1, "error: [Errno 13] Permission denied: '/mnt/ro/evaluation.json'\n")
+
+
+# ------------------------------------------------------------------------------------------- --model-name / version
+def test_a_model_of_ones_own_is_named_on_the_wire(dirs: list[str], tmp_path: Path, tiny_base: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A scratch model was served as jevmem-minilm-1.0.0, the committed model's name: /v1/models could not tell them apart."""
+    from controller.artifacts import load_artifact
+
+    code, err = _main(capsys, "fit", "--steps", "1", *dirs, "--model-name", "acme-tickets", "--model-version", "0.3.1")
+    assert code == 0, err
+    config = json.loads((tmp_path / "model" / "config.json").read_text(encoding="utf-8"))
+    assert (config["name"], config["version"]) == ("acme-tickets", "0.3.1")
+    assert load_artifact(tmp_path / "model", base_path=tiny_base, allow_uncalibrated=True).info.name == "acme-tickets-0.3.1"
+    # the recorded recipe names it; a later stage run with the default name records no change for it
+    recipe = json.loads((tmp_path / "run" / "pipeline_config.json").read_text(encoding="utf-8"))
+    assert recipe["model_name"] == "acme-tickets"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model-name", ""], "--model-name must be 1-64 letters"),
+    (["--model-name", "my model"], "got 'my model'"),
+    (["--model-name=-x"], "starting with a letter or digit"),
+    (["--model-version", "1/2"], "--model-version must be"),
+    (["--model-name", "n" * 65], "--model-name must be 1-64"),
+])
+def test_a_model_name_the_wire_cannot_carry_is_refused_up_front(argv: list[str], message: str, dirs: list[str], tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _main(capsys, "fit", "--steps", "1", *dirs, *argv)
+    assert code == 2 and message in err and err.count("\n") == 1
+    assert not (tmp_path / "model").exists()
+
+
+def test_a_setting_newer_than_the_recorded_recipe_is_no_change_at_its_default(tmp_path: Path) -> None:
+    from training.pipeline import _config_changes
+    from training.pipeline_config import PipelineConfig
+
+    cfg = PipelineConfig(run_dir=str(tmp_path / "run"), model_dir=str(tmp_path / "model"))
+    (tmp_path / "run").mkdir()
+    old = cfg.to_json()
+    del old["model_name"], old["model_version"]  # a recipe written before these settings existed
+    (tmp_path / "run" / "pipeline_config.json").write_text(json.dumps(old), encoding="utf-8")
+    assert _config_changes(cfg) == {}
+    from dataclasses import replace
+
+    assert _config_changes(replace(cfg, model_name="other")) == {"model_name": "other"}
+    assert _config_changes(replace(cfg, model_name="other"), "calibrate") == {}  # a stage that never reads it
