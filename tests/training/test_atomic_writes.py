@@ -19,7 +19,7 @@ IN_PLACE = {
     ("data/schema.py", "(stage / name).write_text("): "write_splits: into its staged directory",
     ("training/checkpoints.py", "torch.save("): "into a .tmp file, fsynced and renamed over the checkpoint",
     ("training/trainer.py", 'log_path.open("a"'): "the step log is appended; a torn last line is dropped on resume",
-    ("training/embedder.py", "model.save_pretrained(str(stage))"): "into a staged directory",
+    ("training/embedder.py", "model.save_pretrained(str(stage), save_embedding_layers=False)"): "into a staged directory",
     ("training/embedder.py", "(stage / SUMMARY_FILE).write_text("): "into a staged directory",
     ("training/embedder.py", "config_file.write_text("): "rewrites a file of the staged directory",
     ("training/evaluate.py", "fig.savefig(str(tmp)"): "into `replacing`'s temporary path",
