@@ -36,6 +36,7 @@ from controller.errors import ArtifactError
 from controller.adapters import canonical_adapter_config, quiet_peft
 from controller.artifact_checks import ENCODER_PATHS, check_adapter, check_config, check_heads
 from controller.files import atomic_directory, atomic_file, write_json_atomic, write_text_atomic
+from controller.once import FirstTime
 from controller.states import StateConventions, read_states
 from controller.strict_json import unique_object
 from controller.template import TEMPLATE_VERSION, template_config
@@ -266,19 +267,14 @@ def load_artifact(model_dir: str | Path, *, base_path: str | Path | None = None,
     return LoadedModel(model.eval(), digest, calibration, info, base, config, trained=True, states=states)
 
 
-_UNCALIBRATED_NOTED: set[str] = set()
-_UNCALIBRATED_LOCK = threading.Lock()
+_UNCALIBRATED_NOTED = FirstTime()
 
 
 def _note_uncalibrated(root: Path) -> None:
     """Log that `root` was loaded without calibration.json. Only `allow_uncalibrated=True` gets here (the calibrate
     stage, which loads the model and its specialists, often more than once): that is what the caller asked for, so
     INFO, once per directory and process, then DEBUG. Loading a trained model uncalibrated unasked is an error."""
-    key = str(root.resolve())
-    with _UNCALIBRATED_LOCK:
-        first = key not in _UNCALIBRATED_NOTED
-        _UNCALIBRATED_NOTED.add(key)
-    log.log(logging.INFO if first else logging.DEBUG, "%s has no calibration.json: loaded uncalibrated, as asked", root)
+    log.log(logging.INFO if _UNCALIBRATED_NOTED(str(root.resolve())) else logging.DEBUG, "%s has no calibration.json: loaded uncalibrated, as asked", root)
 
 
 def load_untrained(base_path: str | Path | None = None, *, seed: int = 0) -> LoadedModel:

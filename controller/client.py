@@ -63,13 +63,19 @@ def plan_request(
         state = extra_body.get("state", state)
         questions = extra_body.get("questions", questions)
         model = extra_body.get("model", model)
+    request, index_of_key = plan_body(state, questions)
+    if assets:
+        raise UnsupportedQuestionError("assets are not supported: this is a text model", loc=("assets",))
+    return PlannedRequest(resolve_model(model, backend.info), request, index_of_key)
+
+
+def plan_body(state: object, questions: Mapping[str, Any]) -> tuple[BackendRequest, dict[str, int]]:
+    """What `plan_request` takes from the body, needing no backend: the validated state and the deduplicated
+    questions, with each question key's index among them (raises `InvalidRequestError`)."""
     if state is None:
         validate_state(state)
     parsed = normalize_questions(questions)
     clean_state = validate_state(state)
-    if assets:
-        raise UnsupportedQuestionError("assets are not supported: this is a text model", loc=("assets",))
-    concrete = resolve_model(model, backend.info)
     unique: list[Question] = []
     seen: dict[str, int] = {}
     index_of_key: dict[str, int] = {}
@@ -79,7 +85,7 @@ def plan_request(
             seen[sig] = len(unique)
             unique.append(question)
         index_of_key[key] = seen[sig]
-    return PlannedRequest(concrete, BackendRequest(clean_state, tuple(unique)), index_of_key)
+    return BackendRequest(clean_state, tuple(unique)), index_of_key
 
 
 def finish_request(

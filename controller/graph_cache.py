@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from controller.artifacts import file_sha256
 from controller.errors import ArtifactError, BackendUnavailableError
 from controller.files import fsync_file, new_temp
+from controller.once import FirstTime
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +82,7 @@ def read_cached_record(path: Path, model_hash: str, required: Sequence[str] = ()
     return record
 
 
-_OPEN_WARNED: set[str] = set()  # cache directories already reported as writable by every account
-_OPEN_LOCK = threading.Lock()
+_OPEN_WARNED = FirstTime()  # cache directories already reported as writable by every account
 
 
 def warn_if_world_writable(directory: Path) -> bool:
@@ -95,10 +95,7 @@ def warn_if_world_writable(directory: Path) -> bool:
         return False
     if not mode & stat.S_IWOTH:
         return False
-    with _OPEN_LOCK:
-        first = str(directory) not in _OPEN_WARNED
-        _OPEN_WARNED.add(str(directory))
-    if first:
+    if _OPEN_WARNED(str(directory)):
         log.warning("the ONNX graph cache %s is writable by every account, so any of them can replace the graphs served "
                     "from it; make it private (chmod o-w) or point JEVMEM_CACHE elsewhere", directory)
     return True
@@ -145,7 +142,7 @@ def cache_write_error(path: Path, error: OSError) -> CacheWriteError:
 
 
 _PRIVATE: dict[str, Path] = {}  # "cache" -> this process's private fallback cache, once made
-_WARNED: set[str] = set()  # caches whose fallback was already logged
+_WARNED = FirstTime()  # caches whose fallback was already logged
 _PRIVATE_LOCK = threading.Lock()
 
 
@@ -162,10 +159,7 @@ def with_fallback_cache(cache: Path, build: Callable[[Path], T]) -> T:
             raise BackendUnavailableError(f"{error}; no private temporary directory to build in instead: {tmp_error}") from tmp_error
         if private == cache:
             raise
-        with _PRIVATE_LOCK:
-            first = str(cache) not in _WARNED
-            _WARNED.add(str(cache))
-        if first:
+        if _WARNED(str(cache)):
             log.warning("the ONNX graph cache %s cannot be written (%s); building graphs in the private temporary directory %s "
                         "for this process instead (removed at exit)", cache, error.__cause__ or error, private)
         try:

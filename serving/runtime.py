@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from fastapi import Depends, Request
 
 from controller.backend import Backend, BackendRequest, BackendResult, ModelInfo, create_backend
-from controller.client import PlannedRequest, plan_request
+from controller.client import PlannedRequest, plan_body, plan_request
 from controller.errors import BackendUnavailableError, InputTooLongError
 from serving.batching import Batcher
 from serving.errors import HTTPFacingError, MemoryUnavailableError, NotReadyError, OverloadedError, RequestTimeoutError, SettingsError
@@ -43,9 +43,7 @@ MEMORY_RETRY_MS = 1000  # retry-after of a memory call refused because the engin
 def warmup_request() -> BackendRequest:
     """The request `Runtime.warm_up` sends, as `plan_request` builds it, without a backend: the model name is all
     planning takes from one, and the token budget does not count it."""
-    from controller.questions import normalize_questions, validate_state
-
-    return BackendRequest(validate_state(WARMUP_STATE), tuple(normalize_questions(WARMUP_QUESTIONS).values()))
+    return plan_body(WARMUP_STATE, WARMUP_QUESTIONS)[0]
 
 
 def check_token_budget(settings: Settings) -> None:

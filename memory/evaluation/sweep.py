@@ -32,6 +32,7 @@ from memory.evaluation.metrics import Item, QuestionScore, auroc, score_items
 from memory.evaluation.oracle import Level
 
 log = logging.getLogger(__name__)
+JUDGE_SEP = " | "  # between a variant's name and its relevance judge in an oracle sweep's run names (`sweep_table` splits them)
 
 # The fields a query reads; every other EngineConfig field shapes what a write stores.
 READ_PATH_FIELDS: frozenset[str] = frozenset({
@@ -151,7 +152,7 @@ def sweep(
     configs = variant_configs(base, variants)
     levels = list(oracle_levels)
     runs = [(name, None, config) for name, config in configs.items()] if not levels else [
-        (f"{name} | {level_name(level)}", level, config) for level in levels for name, config in configs.items()]
+        (f"{name}{JUDGE_SEP}{level_name(level)}", level, config) for level in levels for name, config in configs.items()]
     scores: dict[str, list[QuestionScore]] = {name: [] for name, _, _ in runs}
     asked: dict[str, list[int]] = {name: [] for name, _, _ in runs}
     stopped: dict[str, dict[str, int]] = {name: {} for name, _, _ in runs}
@@ -218,8 +219,8 @@ def sweep_table(results: Mapping[str, Sequence[QuestionScore]],
 
 def _name_cells(name: str, judged: bool) -> str:
     """A run's name as table cells: the variant (a '|' of its own escaped) and, in an oracle sweep, the judge
-    (`sweep` names those runs "<variant> | <judge>")."""
-    variant, judge = name.rsplit(" | ", 1) if judged and " | " in name else (name, "-")
+    (`sweep` names those runs "<variant> | <judge>", `JUDGE_SEP`)."""
+    variant, judge = name.rsplit(JUDGE_SEP, 1) if judged and JUDGE_SEP in name else (name, "-")
     cell = variant.replace("|", "\\|")
     return f"{cell} | {judge}" if judged else cell
 

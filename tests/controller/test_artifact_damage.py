@@ -23,6 +23,7 @@ from controller.backend import BackendRequest, check_backend_options, create_bac
 from controller.errors import ArtifactError, BackendOptionError, BackendOptionValueError, CalibrationMismatchError, UnknownBackendError
 from controller.families import family_questions
 from controller.local import LocalBackend
+from controller.once import FirstTime
 from controller.questions import normalize_questions
 from controller.specialists import read_index
 from tests.controller.conftest import pair_state
@@ -425,7 +426,7 @@ def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     monkeypatch.setattr(graph_cache, "_PRIVATE", {})
-    monkeypatch.setattr(graph_cache, "_WARNED", set())
+    monkeypatch.setattr(graph_cache, "_WARNED", FirstTime())
     monkeypatch.setattr(graph_cache, "atexit", SimpleNamespace(register=lambda *args, **kwargs: None))
     monkeypatch.setenv("JEVMEM_CACHE", str(tmp_path / "cache"))
     return tmp_path / "tmp"

@@ -15,6 +15,7 @@ import pytest
 
 from controller import graph_cache
 from controller.errors import BackendUnavailableError
+from controller.once import FirstTime
 from controller.onnx_runtime import ensure_graph, graph_path
 
 
@@ -26,7 +27,7 @@ def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list:  # typ
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     monkeypatch.setattr(graph_cache, "_PRIVATE", {})
-    monkeypatch.setattr(graph_cache, "_WARNED", set())
+    monkeypatch.setattr(graph_cache, "_WARNED", FirstTime())
     at_exit: list = []  # type: ignore[type-arg]
     register = lambda fn, *args, **kwargs: at_exit.append((fn, args, kwargs))  # noqa: E731
     monkeypatch.setattr(graph_cache, "atexit", SimpleNamespace(register=register))
@@ -143,7 +144,7 @@ def test_a_cache_every_account_can_write_is_reported_once(tiny_model, tokenizer,
     # The sidecar checks catch a damaged or foreign graph, not one replaced together with its sidecar, so a cache
     # any account can write lets any of them change what is served: said once, and the graph is still served.
     monkeypatch.setenv("JEVMEM_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(graph_cache, "_OPEN_WARNED", set())
+    monkeypatch.setattr(graph_cache, "_OPEN_WARNED", FirstTime())
     built = ensure_graph(tiny_model, "hash-open", tokenizer)
     onnx_dir = Path(built.path).parent
     onnx_dir.chmod(0o755)
